@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Installs the pinned third-party components the tenant control planes run:
+#   PostgreSQL 15 (Debian package), and into bin/: kube-apiserver, kube-controller-manager,
+#   kube-scheduler, kubectl (from components/go.mod, k8s.io/kubernetes v1.37.2), kine and kwok.
+# Idempotent: a binary whose pin is unchanged is not rebuilt. One build runs at a time.
+# Built binaries are also kept in a cache outside the work tree (SOCIALWEB_COMPONENTS_CACHE,
+# default ~/.cache/socialweb-kcp/components) keyed by the pin, so a fresh clone on the same
+# machine copies them instead of relinking.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin="$root/bin"
+cache="${SOCIALWEB_COMPONENTS_CACHE:-$HOME/.cache/socialweb-kcp/components}"
+mkdir -p "$bin" "$cache"
+
+KUBE_VERSION=v1.37.2
+KINE_MODULE=github.com/k3s-io/kine
+KINE_VERSION=v0.17.5
+KWOK_MODULE=sigs.k8s.io/kwok
+KWOK_VERSION=v0.8.0
+
+say() { printf '[install] %s\n' "$*"; }
+now() { date +%s.%N; }
+took() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1fs", b-a}'; }
+
+install_postgres() {
+  if [ -x /usr/lib/postgresql/15/bin/postgres ] && [ -x /usr/lib/postgresql/15/bin/initdb ]; then
+    say "postgresql-15: present"
+    return
+  fi
+  local t; t=$(now)
+  say "postgresql-15: installing with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq postgresql-15 >/dev/null
+  # The Debian package starts a system cluster on port 5432; the project never uses it.
+  (command -v pg_ctlcluster >/dev/null && pg_ctlcluster 15 main stop) >/dev/null 2>&1 || true
+  say "postgresql-15: installed in $(took "$t")"
+}
+
+# build NAME PIN DIR CGO PACKAGE [LDFLAGS]: builds PACKAGE (run in DIR) into bin/NAME unless
+# bin/.NAME.pin already records PIN.
+build() {
+  local name=$1 pin=$2 dir=$3 cgo=$4 pkg=$5 ldflags=${6:-}
+  local key; key=$(printf '%s' "$pin" | sha256sum | cut -c1-16)
+  if [ -x "$bin/$name" ] && [ "$(cat "$bin/.$name.pin" 2>/dev/null)" = "$key" ]; then
+    say "$name: up to date ($pin)"
+    return
+  fi
+  local t; t=$(now)
+  if [ -x "$cache/$key/$name" ]; then
+    say "$name: from cache ($pin)"
+  else
+    say "$name: building $pkg ($pin)"
+    mkdir -p "$cache/$key"
+    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -ldflags "$ldflags" -o "$cache/$key/$name.tmp" "$pkg")
+    mv "$cache/$key/$name.tmp" "$cache/$key/$name"
+  fi
+  cp "$cache/$key/$name" "$bin/$name.tmp"
+  mv "$bin/$name.tmp" "$bin/$name"
+  printf '%s' "$key" > "$bin/.$name.pin"
+  say "$name: done in $(took "$t")"
+}
+
+install_postgres
+
+gov=$(go env GOVERSION)
+kpin="kubernetes $KUBE_VERSION $(cat "$root/components/go.mod" "$root/components/go.sum" | sha256sum | cut -c1-16) $gov"
+minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+kldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kldflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+done
+for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  build "$c" "$kpin" "$root/components" 0 "k8s.io/kubernetes/cmd/$c" "$kldflags"
+done
+
+# kine and kwok build from their own modules (go install's @version semantics: their go.mod
+# and go.sum, not ours), so their dependencies are the ones their releases were tested with.
+# Putting them in components/go.mod would let MVS lift them to Kubernetes's versions.
+build_module() {
+  local name=$1 module=$2 version=$3 pkg=$4 cgo=$5 ldflags=${6:-}
+  local work; work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  local key_pin="$module@$version $gov"
+  local key; key=$(printf '%s' "$key_pin" | sha256sum | cut -c1-16)
+  if [ -x "$bin/$name" ] && [ "$(cat "$bin/.$name.pin" 2>/dev/null)" = "$key" ]; then
+    say "$name: up to date ($key_pin)"
+    return
+  fi
+  if [ ! -x "$cache/$key/$name" ]; then
+    say "$name: fetching $module@$version"
+    local src
+    src=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    build "$name" "$key_pin" "$src" "$cgo" "$pkg" "$ldflags"
+  else
+    build "$name" "$key_pin" "$work" "$cgo" "$pkg" "$ldflags"
+  fi
+}
+build_module kine "$KINE_MODULE" "$KINE_VERSION" . 1 "-X github.com/k3s-io/kine/pkg/version.Version=$KINE_VERSION"
+build_module kwok "$KWOK_MODULE" "$KWOK_VERSION" ./cmd/kwok 0 "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+
+"$bin/kube-apiserver" --version
+say "all components in $bin"

@@ -1,0 +1,37 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWriteFileReplacesWholeAndSetsMode(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "nodes.json")
+	if err := WriteFile(p, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(p, []byte("[]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || string(got) != "[]" {
+		t.Fatalf("content = %q, %v", got, err)
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode = %v, want 0600", st.Mode().Perm())
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("temp files left behind: %v", ents)
+	}
+}
+
+func TestWriteFileFailsLoudly(t *testing.T) {
+	err := WriteFile(filepath.Join(t.TempDir(), "missing", "x"), []byte("x"), 0o600)
+	if err == nil {
+		t.Fatal("write into a missing directory succeeded")
+	}
+}

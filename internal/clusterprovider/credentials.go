@@ -1,0 +1,205 @@
+package clusterprovider
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"socialweb.computer/kcp/internal/atomicfile"
+	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/pki"
+)
+
+// Identities of the cluster's own clients. The tenant's is bound to cluster-admin through a
+// ClusterRoleBinding (revocable), never through system:masters; only the provider's admin
+// identity is in system:masters, and nothing but the provider reads it.
+const (
+	AdminUser         = "socialweb:provider"
+	TenantAdminUser   = "socialweb:tenant-admin"
+	TenantAdminsGroup = "socialweb:tenant-admins"
+	TenantAdminsCRB   = "socialweb:tenant-admins"
+)
+
+// EnsureCredentials mints whatever of the cluster's credentials is missing, so a restart
+// reuses what exists. The CA is minted only when neither its certificate nor its key exists:
+// a half-present CA is an error, not a reason to re-mint and orphan every issued credential.
+func EnsureCredentials(s clusterstack.Spec, sans []string) error {
+	l := s.Layout()
+	ca, err := ensureCA(l.CACert(), l.CAKey(), s.Name+"-ca")
+	if err != nil {
+		return err
+	}
+	fp, err := ensureCA(l.FrontProxyCACert(), l.FrontProxyCAKey(), s.Name+"-front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	ips := []net.IP{net.ParseIP("127.0.0.1")}
+	dns := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}
+	for _, n := range sans {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, n)
+		}
+	}
+	if err := ensureLeaf(ca, l.APIServerCert(), l.APIServerKey(), pki.Leaf{CommonName: "kube-apiserver", Server: true, DNSNames: dns, IPs: ips}); err != nil {
+		return err
+	}
+	if err := ensureLeaf(fp, l.FrontProxyClientCert(), l.FrontProxyClientKey(), pki.Leaf{CommonName: "front-proxy-client"}); err != nil {
+		return err
+	}
+	if !exists(l.ServiceAccountKey()) || !exists(l.ServiceAccountPub()) {
+		priv, pub, err := pki.NewKeyPair()
+		if err != nil {
+			return err
+		}
+		if err := writeSecret(l.ServiceAccountKey(), priv); err != nil {
+			return err
+		}
+		if err := writeSecret(l.ServiceAccountPub(), pub); err != nil {
+			return err
+		}
+	}
+	kubeconfigs := []struct {
+		path string
+		leaf pki.Leaf
+	}{
+		{l.AdminKubeconfig(), pki.Leaf{CommonName: AdminUser, Organization: []string{"system:masters"}}},
+		{l.ControllerManagerKubeconfig(), pki.Leaf{CommonName: "system:kube-controller-manager"}},
+		{l.SchedulerKubeconfig(), pki.Leaf{CommonName: "system:kube-scheduler"}},
+		{l.TenantKubeconfig(), pki.Leaf{CommonName: TenantAdminUser, Organization: []string{TenantAdminsGroup}}},
+	}
+	for _, k := range kubeconfigs {
+		if err := ensureKubeconfig(s, ca, k.path, k.leaf); err != nil {
+			return err
+		}
+	}
+	if err := ensureSecretFile(l.EncryptionConfig(), encryptionConfig); err != nil {
+		return err
+	}
+	if err := ensureSecretFile(l.PostgresSuperuserPassword(), password); err != nil {
+		return err
+	}
+	return ensureSecretFile(l.KinePGPass(), func() ([]byte, error) {
+		pw, err := password()
+		if err != nil {
+			return nil, err
+		}
+		// libpq passfile: host:port:database:user:password. pgx matches a unix-socket
+		// connection as host "localhost"; "*" matches it whatever the client calls it.
+		return fmt.Appendf(nil, "*:5432:*:%s:%s\n", clusterstack.KineRole, pw), nil
+	})
+}
+
+// ensureKubeconfig (re)writes path when it is missing or names another server (the port
+// lease can change between runs when the book was lost); the client key is kept otherwise.
+func ensureKubeconfig(s clusterstack.Spec, ca *pki.CA, path string, leaf pki.Leaf) error {
+	if b, err := os.ReadFile(path); err == nil && kubeconfigServer(b) == s.URL() {
+		return nil
+	}
+	cert, key, err := ca.Issue(leaf)
+	if err != nil {
+		return err
+	}
+	kc, err := pki.Kubeconfig(s.Name, s.URL(), ca.CertPEM, cert, key)
+	if err != nil {
+		return err
+	}
+	return writeSecret(path, kc)
+}
+
+func ensureCA(certPath, keyPath, cn string) (*pki.CA, error) {
+	cert, cerr := os.ReadFile(certPath)
+	key, kerr := os.ReadFile(keyPath)
+	switch {
+	case cerr == nil && kerr == nil:
+		return pki.LoadCA(cert, key)
+	case os.IsNotExist(cerr) && os.IsNotExist(kerr):
+		ca, err := pki.NewCA(cn)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeSecret(keyPath, ca.KeyPEM); err != nil {
+			return nil, err
+		}
+		return ca, writeSecret(certPath, ca.CertPEM)
+	default:
+		return nil, fmt.Errorf("CA %s: only one of certificate and key is readable (%v, %v); restore both or remove the cluster", certPath, cerr, kerr)
+	}
+}
+
+func ensureLeaf(ca *pki.CA, certPath, keyPath string, leaf pki.Leaf) error {
+	if exists(certPath) && exists(keyPath) {
+		return nil
+	}
+	cert, key, err := ca.Issue(leaf)
+	if err != nil {
+		return err
+	}
+	if err := writeSecret(keyPath, key); err != nil {
+		return err
+	}
+	return writeSecret(certPath, cert)
+}
+
+func ensureSecretFile(path string, mint func() ([]byte, error)) error {
+	if exists(path) {
+		return nil
+	}
+	b, err := mint()
+	if err != nil {
+		return err
+	}
+	return writeSecret(path, b)
+}
+
+func password() ([]byte, error) {
+	b, err := pki.Random(24)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(hex.EncodeToString(b)), nil
+}
+
+// encryptionConfig encrypts Secrets at rest in the tenant's datastore with a per-cluster
+// secretbox key; identity stays readable so a restore of plain data still works.
+func encryptionConfig() ([]byte, error) {
+	key, err := pki.Random(32)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, `apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources: [secrets]
+    providers:
+      - secretbox:
+          keys:
+            - name: key1
+              secret: %s
+      - identity: {}
+`, base64.StdEncoding.EncodeToString(key)), nil
+}
+
+func writeSecret(path string, b []byte) error { return atomicfile.WriteFile(path, b, 0o600) }
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+func kubeconfigServer(b []byte) string {
+	cfg, err := clientcmd.Load(b)
+	if err != nil {
+		return ""
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return ""
+	}
+	if c, ok := cfg.Clusters[ctx.Cluster]; ok {
+		return c.Server
+	}
+	return ""
+}

@@ -1,0 +1,307 @@
+// Package clusterprovider turns a declared cluster into a running process group and back:
+// it leases the apiserver port, mints the cluster's credentials into its DataDir, assembles
+// the steps (StepsFor) behind the identity guard, spawns them, and on teardown reaps them
+// before it releases the lease.
+package clusterprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/portallocator"
+	"socialweb.computer/kcp/internal/processrunner"
+	"socialweb.computer/kcp/internal/procgroup"
+)
+
+// Config is the provider's configuration.
+type Config struct {
+	// DataRoot holds the lease book and one DataDir per cluster (DataRoot/clusters/NAME).
+	DataRoot    string
+	BinDir      string // kine and the Kubernetes binaries
+	PostgresBin string // "" means clusterstack.DefaultPostgresBin
+	Ports       portallocator.Range
+	SANs        []string // extra names for every apiserver's serving certificate
+	// Grace is how long a component has between its stop signal and SIGKILL.
+	Grace time.Duration
+	// Log receives every component's prefixed output, besides the per-component log files.
+	Log io.Writer
+	// OnEvent, when set, is told of each step's progress.
+	OnEvent func(cluster string, e procgroup.Event)
+}
+
+// InstallHint is what a missing binary's error tells the operator to run.
+const InstallHint = "deploy/install-components.sh"
+
+// Provider runs clusters.
+type Provider struct {
+	cfg  Config
+	book *portallocator.Book
+}
+
+// New opens the provider's lease book under DataRoot.
+func New(cfg Config) (*Provider, error) {
+	if cfg.DataRoot == "" {
+		return nil, errors.New("config: DataRoot is empty: set --data-root")
+	}
+	if cfg.PostgresBin == "" {
+		cfg.PostgresBin = clusterstack.DefaultPostgresBin
+	}
+	if err := ensureDir(cfg.DataRoot, 0o711, -1); err != nil {
+		return nil, fmt.Errorf("config: data root %s: %w", cfg.DataRoot, err)
+	}
+	if err := ensureDir(filepath.Join(cfg.DataRoot, "clusters"), 0o711, -1); err != nil {
+		return nil, fmt.Errorf("config: data root %s: %w", cfg.DataRoot, err)
+	}
+	book, err := portallocator.Open(filepath.Join(cfg.DataRoot, "leases.json"), cfg.Ports)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &Provider{cfg: cfg, book: book}, nil
+}
+
+// Leases is the lease book (for inspection and tests).
+func (p *Provider) Leases() *portallocator.Book { return p.book }
+
+// DataDir is where the cluster named name keeps everything.
+func (p *Provider) DataDir(name string) string {
+	return filepath.Join(p.cfg.DataRoot, "clusters", name)
+}
+
+var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidateName checks a cluster name: a DNS-1123 label of at most 40 characters, so that
+// every derived name (DataDir, certificate names, node names) stays valid.
+func ValidateName(name string) error {
+	if len(name) == 0 || len(name) > 40 || !nameRE.MatchString(name) {
+		return fmt.Errorf("cluster name %q: want 1-40 lowercase letters, digits or '-', starting with a letter and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// RequiredBinaries are the binaries a cluster's stack runs.
+func (p *Provider) RequiredBinaries() []string {
+	return []string{
+		filepath.Join(p.cfg.PostgresBin, "initdb"),
+		filepath.Join(p.cfg.PostgresBin, "postgres"),
+		filepath.Join(p.cfg.BinDir, "kine"),
+		filepath.Join(p.cfg.BinDir, "kube-apiserver"),
+		filepath.Join(p.cfg.BinDir, "kube-controller-manager"),
+		filepath.Join(p.cfg.BinDir, "kube-scheduler"),
+	}
+}
+
+// ErrMissingBinary: a component's binary is not installed.
+var ErrMissingBinary = errors.New("binary not installed")
+
+func (p *Provider) checkBinaries() error {
+	for _, b := range p.RequiredBinaries() {
+		st, err := os.Stat(b)
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("%w: %s is missing or not executable; run %s", ErrMissingBinary, b, InstallHint)
+		}
+	}
+	return nil
+}
+
+// Cluster is one running cluster.
+type Cluster struct {
+	Name             string
+	DataDir          string
+	Port             int
+	URL              string
+	TenantKubeconfig string
+	Spec             clusterstack.Spec
+
+	p       *Provider
+	group   *procgroup.Group
+	logs    []io.Closer
+	mu      sync.Mutex
+	stopped bool
+}
+
+// Group is the cluster's process group.
+func (c *Cluster) Group() *procgroup.Group { return c.group }
+
+// Up brings the cluster named name up and returns once every gate has passed. Bad input
+// (a bad name, a missing binary, no free port, an unwritable DataDir) is an error that
+// changes nothing and leaves nothing running.
+func (p *Provider) Up(ctx context.Context, name string) (*Cluster, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := p.checkBinaries(); err != nil {
+		return nil, err
+	}
+	holder := name + "/kube-apiserver"
+	port, err := p.book.Acquire(holder)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.up(ctx, name, port)
+	if err != nil {
+		// Spawn reaped whatever it had started; only now may the lease go (invariant 8).
+		if rerr := p.book.Release(port, holder); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func (p *Provider) up(ctx context.Context, name string, port int) (*Cluster, error) {
+	s := clusterstack.Spec{
+		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin,
+		APIServerPort: port,
+	}
+	l := s.Layout()
+	fresh := !exists(l.Root)
+	if err := p.makeDataDir(s); err != nil {
+		if fresh {
+			os.RemoveAll(l.Root)
+		}
+		return nil, fmt.Errorf("cluster %s: DataDir %s: %w", name, l.Root, err)
+	}
+	id, err := ensureIdentity(s)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	if err := EnsureCredentials(s, p.cfg.SANs); err != nil {
+		return nil, fmt.Errorf("cluster %s: credentials: %w", name, err)
+	}
+	admin, err := adminClient(l.AdminKubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: s.URL(), TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p}
+	steps, err := StepsFor(StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter})
+	if err != nil {
+		c.closeLogs()
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	g, err := procgroup.Spawn(ctx, p.groupOptions(s), steps)
+	if err != nil {
+		c.closeLogs()
+		removeStale(l.KineSocket())
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	c.group = g
+	return c, nil
+}
+
+func (p *Provider) groupOptions(s clusterstack.Spec) procgroup.Options {
+	o := procgroup.Options{RecordDir: s.Layout().RunDir(), Marker: s.DataDir + string(filepath.Separator), Grace: p.cfg.Grace}
+	if p.cfg.OnEvent != nil {
+		o.OnEvent = func(e procgroup.Event) { p.cfg.OnEvent(s.Name, e) }
+	}
+	return o
+}
+
+// makeDataDir lays out the DataDir: 0710 with group postgres, so the postgres user can
+// reach its own 0700 subdirectory and nothing else; every file in it is 0600.
+func (p *Provider) makeDataDir(s clusterstack.Spec) error {
+	_, gid, err := processrunner.LookupUser(clusterstack.PostgresUser)
+	if err != nil {
+		return err
+	}
+	l := s.Layout()
+	if err := ensureDir(l.Root, 0o710, gid); err != nil {
+		return err
+	}
+	for _, d := range []string{l.PKIDir(), l.RunDir(), l.LogDir()} {
+		if err := ensureDir(d, 0o700, -1); err != nil {
+			return err
+		}
+	}
+	// Prove the directory is writable now, before anything starts.
+	probe := filepath.Join(l.RunDir(), ".writable")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		return err
+	}
+	return os.Remove(probe)
+}
+
+func ensureDir(path string, mode os.FileMode, gid int) error {
+	if err := os.MkdirAll(path, mode); err != nil {
+		return err
+	}
+	if gid >= 0 {
+		if err := os.Chown(path, os.Getuid(), gid); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(path, mode) // MkdirAll is subject to the umask and leaves existing modes
+}
+
+func (c *Cluster) logWriter(comp procgroup.Component) io.Writer {
+	f, err := os.OpenFile(c.Spec.Layout().Log(comp.String()), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return c.p.cfg.Log
+	}
+	c.mu.Lock()
+	c.logs = append(c.logs, f)
+	c.mu.Unlock()
+	if c.p.cfg.Log == nil {
+		return f
+	}
+	return io.MultiWriter(f, c.p.cfg.Log)
+}
+
+func (c *Cluster) closeLogs() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.logs {
+		f.Close()
+	}
+	c.logs = nil
+}
+
+// Stop reaps the cluster's group in reverse order, removes its sockets, and only then
+// releases its port lease. Its data is kept. Stop is idempotent.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	c.mu.Unlock()
+	err := c.group.Reap()
+	c.closeLogs()
+	if rerr := removeStale(c.Spec.Layout().KineSocket()); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if err == nil {
+		// A lease whose holder may still run stays leased (invariant 8).
+		err = c.p.book.Release(c.Port, c.Name+"/kube-apiserver")
+	}
+	return err
+}
+
+// Destroy stops the cluster and removes its DataDir: nothing of it survives (invariant 15).
+func (c *Cluster) Destroy() error {
+	if err := c.Stop(); err != nil {
+		return err
+	}
+	return os.RemoveAll(c.DataDir)
+}
+
+func adminClient(path string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("admin kubeconfig %s: %w", path, err)
+	}
+	cfg.Timeout = 5 * time.Second
+	cfg.QPS, cfg.Burst = 50, 100
+	return kubernetes.NewForConfig(cfg)
+}

@@ -1,0 +1,173 @@
+package clusterprovider
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/processrunner"
+	"socialweb.computer/kcp/internal/procgroup"
+)
+
+// Readiness deadlines, per step. Measured values on a 2-core machine are far below these
+// (docs/benchmarks.md); the deadlines exist so that a hang fails loudly.
+const (
+	postgresReady  = 30 * time.Second
+	kineReady      = 30 * time.Second
+	apiserverReady = 90 * time.Second
+	controlsReady  = 60 * time.Second
+)
+
+// StepInput is what StepsFor needs of one cluster.
+type StepInput struct {
+	Spec     clusterstack.Spec
+	Identity Identity
+	Admin    kubernetes.Interface // the provider's own client of the tenant apiserver
+	// Output receives every component's prefixed log lines (the component log files).
+	Output func(c procgroup.Component) io.Writer
+}
+
+// StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
+// guard), then the control plane. Every step has its gate.
+func StepsFor(in StepInput) ([]procgroup.Step, error) {
+	s := in.Spec
+	l := s.Layout()
+	out := func(c procgroup.Component) io.Writer {
+		if in.Output == nil {
+			return nil
+		}
+		return in.Output(c)
+	}
+	spec := func(c procgroup.Component) (processrunner.Spec, error) {
+		argv, err := s.Argv(c)
+		if err != nil {
+			return processrunner.Spec{}, err
+		}
+		return processrunner.Spec{Argv: argv, Dir: l.Root, Prefix: c.String(), Output: out(c)}, nil
+	}
+	var steps []procgroup.Step
+
+	pg, err := spec(procgroup.ComponentPostgres)
+	if err != nil {
+		return nil, err
+	}
+	pg.User = clusterstack.PostgresUser
+	pg.Dir = l.PostgresDir()
+	pg.StopSignal = syscall.SIGINT // fast shutdown; SIGTERM waits for clients to leave
+	steps = append(steps, procgroup.Step{
+		Name:    procgroup.ComponentPostgres,
+		Spec:    pg,
+		Prepare: func(ctx context.Context) error { return initdb(ctx, s, out(procgroup.ComponentPostgres)) },
+		Ready: all(
+			waitDial("unix", l.PostgresSocket()),
+			func(ctx context.Context) error {
+				return poll(ctx, "postgres: prepare kine's role and database", func(ctx context.Context) (bool, error) {
+					err := prepareDatastore(ctx, s)
+					return err == nil, err
+				})
+			},
+		),
+		ReadyTimeout: postgresReady,
+	})
+
+	kine, err := spec(procgroup.ComponentKine)
+	if err != nil {
+		return nil, err
+	}
+	kine.Env = s.KineEnv()
+	steps = append(steps, procgroup.Step{
+		Name: procgroup.ComponentKine,
+		Spec: kine,
+		// Before kine starts, prove the datastore it will serve is this cluster's: the
+		// guard rides the last step before the control plane (invariant 9).
+		Prepare: all(
+			func(ctx context.Context) error { return guardIdentity(ctx, s, in.Identity) },
+			func(context.Context) error { return removeStale(l.KineSocket()) },
+		),
+		Ready:        waitDial("unix", l.KineSocket()),
+		ReadyTimeout: kineReady,
+	})
+
+	for _, c := range s.ControlPlane() {
+		sp, err := spec(c)
+		if err != nil {
+			return nil, err
+		}
+		step := procgroup.Step{Name: c, Spec: sp}
+		switch c {
+		case procgroup.ComponentAPIServer:
+			step.Ready = all(waitReadyz(in.Admin), bootstrapTenantRBAC(in.Admin))
+			step.ReadyTimeout = apiserverReady
+		case procgroup.ComponentControllerManager:
+			step.Ready = waitControllers(in.Admin)
+			step.ReadyTimeout = controlsReady
+		case procgroup.ComponentScheduler:
+			step.Ready = waitScheduler(in.Admin)
+			step.ReadyTimeout = controlsReady
+		case procgroup.ComponentK3s:
+			step.Ready = all(waitReadyz(in.Admin), bootstrapTenantRBAC(in.Admin), waitControllers(in.Admin), waitScheduler(in.Admin))
+			step.ReadyTimeout = apiserverReady
+		}
+		steps = append(steps, step)
+	}
+	if err := CheckGuardSeam(steps); err != nil {
+		return nil, err
+	}
+	return steps, procgroup.Validate(steps)
+}
+
+// initdb creates the Postgres data directory on first start; an existing one is kept (the
+// tenant's data). initdb runs as the postgres user and reads the superuser password from a
+// copy only it can read, removed right after.
+func initdb(ctx context.Context, s clusterstack.Spec, out io.Writer) error {
+	l := s.Layout()
+	uid, gid, err := processrunner.LookupUser(clusterstack.PostgresUser)
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{l.PostgresDir(), l.PostgresSocketDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chown(d, uid, gid); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(l.PostgresData() + "/PG_VERSION"); err == nil {
+		return nil
+	}
+	os.RemoveAll(l.PostgresData()) // a half-made data dir from an interrupted initdb
+	pw, err := os.ReadFile(l.PostgresSuperuserPassword())
+	if err != nil {
+		return err
+	}
+	tmp := l.PostgresInitPassword()
+	if err := os.WriteFile(tmp, pw, 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	if err := os.Chown(tmp, uid, gid); err != nil {
+		return err
+	}
+	err = processrunner.Run(ctx, processrunner.Spec{
+		Argv: s.InitdbArgv(), Dir: l.PostgresDir(), Prefix: "initdb", Output: out,
+		User: clusterstack.PostgresUser, Env: []string{"LC_ALL=C"},
+	})
+	if err != nil {
+		return fmt.Errorf("initdb: %w", err)
+	}
+	return nil
+}
+
+func removeStale(path string) error {
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}

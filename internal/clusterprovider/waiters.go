@@ -1,0 +1,150 @@
+package clusterprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"socialweb.computer/kcp/internal/procgroup"
+)
+
+// pollInterval is how often a gate re-checks its condition.
+const pollInterval = 50 * time.Millisecond
+
+// poll calls check until it returns true or an error, or ctx ends; the last transient
+// error is reported with the deadline so a failed gate says what it last saw.
+func poll(ctx context.Context, what string, check func(ctx context.Context) (bool, error)) error {
+	var last error
+	for {
+		ok, err := check(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), last)
+			}
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// all runs gates in order; the step is ready when every one has passed.
+func all(gates ...procgroup.Gate) procgroup.Gate {
+	return func(ctx context.Context) error {
+		for _, g := range gates {
+			if err := g(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// waitDial is ready once network/address accepts a connection.
+func waitDial(network, address string) procgroup.Gate {
+	return func(ctx context.Context) error {
+		return poll(ctx, "dial "+network+" "+address, func(ctx context.Context) (bool, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, address)
+			if err != nil {
+				return false, err
+			}
+			c.Close()
+			return true, nil
+		})
+	}
+}
+
+// waitReadyz is ready once the apiserver's /readyz answers 200.
+func waitReadyz(client kubernetes.Interface) procgroup.Gate {
+	return func(ctx context.Context) error {
+		return poll(ctx, "apiserver /readyz", func(ctx context.Context) (bool, error) {
+			var code int
+			res := client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&code)
+			if code == 200 {
+				return true, nil
+			}
+			if err := res.Error(); err != nil {
+				return false, err
+			}
+			return false, fmt.Errorf("/readyz answered %d", code)
+		})
+	}
+}
+
+// waitControllers proves the controller-manager's controllers run: the serviceaccount
+// controller has made the "default" ServiceAccount of the default namespace.
+func waitControllers(client kubernetes.Interface) procgroup.Gate {
+	return func(ctx context.Context) error {
+		return poll(ctx, "controller-manager: default ServiceAccount", func(ctx context.Context) (bool, error) {
+			_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+			return err == nil, err
+		})
+	}
+}
+
+// schedulerProbeLabel marks the probe pods of waitScheduler.
+const schedulerProbeLabel = "socialweb.computer/scheduler-probe"
+
+// waitScheduler proves the scheduler schedules: a probe pod no node can take is marked
+// Unschedulable by it, then the probe is deleted. It works at zero nodes and at many.
+func waitScheduler(client kubernetes.Interface) procgroup.Gate {
+	return func(ctx context.Context) error {
+		pods := client.CoreV1().Pods(metav1.NamespaceSystem)
+		cleanup := func() {
+			// A probe left by an interrupted earlier run is removed too.
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			zero := int64(0)
+			_ = pods.DeleteCollection(dctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{LabelSelector: schedulerProbeLabel})
+		}
+		cleanup()
+		defer cleanup()
+		no := false
+		probe := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "socialweb-scheduler-probe-", Labels: map[string]string{schedulerProbeLabel: "true"}},
+			Spec: corev1.PodSpec{
+				AutomountServiceAccountToken: &no,
+				NodeSelector:                 map[string]string{schedulerProbeLabel: "no-node-has-this"},
+				Containers:                   []corev1.Container{{Name: "probe", Image: "registry.k8s.io/pause:3.10"}},
+			},
+		}
+		var name string
+		return poll(ctx, "scheduler: probe pod marked Unschedulable", func(ctx context.Context) (bool, error) {
+			if name == "" {
+				p, err := pods.Create(ctx, probe, metav1.CreateOptions{})
+				if err != nil {
+					return false, err // e.g. the kube-system default ServiceAccount is not there yet
+				}
+				name = p.Name
+			}
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				name = ""
+				return false, err
+			}
+			if err != nil {
+				return false, err
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					return true, nil
+				}
+			}
+			return false, errors.New("probe pod not yet looked at by the scheduler")
+		})
+	}
+}

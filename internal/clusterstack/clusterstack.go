@@ -1,0 +1,106 @@
+// Package clusterstack describes a tenant cluster's stack as data: where each file lives
+// under the cluster's DataDir and the argv of each component. It starts nothing; argv is
+// tested as data. No builder puts a secret on argv (invariant 3): passwords and keys are
+// named by file path, never by value.
+package clusterstack
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"socialweb.computer/kcp/internal/procgroup"
+)
+
+// Spec is one tenant cluster's stack.
+type Spec struct {
+	Name          string // the cluster's name, a DNS-1123 label
+	DataDir       string // everything of the cluster lives below it (invariant 6)
+	BinDir        string // kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
+	PostgresBin   string // initdb and postgres
+	APIServerPort int    // the one TCP port of the stack, under a lease
+	ServiceCIDR   string // the tenant's service range; "" means DefaultServiceCIDR
+	// K3sBinary, when set, selects the k3s flavour of the control plane.
+	K3sBinary string
+}
+
+// DefaultServiceCIDR is the tenant clusters' service range. It is a setting inside each
+// tenant apiserver, not routed on the host, so every tenant may use the same one.
+const DefaultServiceCIDR = "10.96.0.0/16"
+
+// DefaultPostgresBin is where Debian's postgresql-15 package puts its binaries.
+const DefaultPostgresBin = "/usr/lib/postgresql/15/bin"
+
+// Datastore names: the database kine uses and the role it logs in as.
+const (
+	KineDatabase = "kine"
+	KineRole     = "kine"
+	// PostgresSuperuser is the bootstrap superuser initdb creates; only the provider uses it.
+	PostgresSuperuser = "postgres"
+	// PostgresUser is the OS user Postgres runs as; initdb refuses root.
+	PostgresUser = "postgres"
+)
+
+// Flavour returns the control-plane components of this stack, in start order.
+func (s Spec) ControlPlane() []procgroup.Component {
+	if s.K3sBinary != "" {
+		return []procgroup.Component{procgroup.ComponentK3s}
+	}
+	return []procgroup.Component{procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler}
+}
+
+// Argv dispatches to the component's builder.
+func (s Spec) Argv(c procgroup.Component) ([]string, error) {
+	switch c {
+	case procgroup.ComponentPostgres:
+		return s.PostgresArgv(), nil
+	case procgroup.ComponentKine:
+		return s.KineArgv(), nil
+	case procgroup.ComponentK3s:
+		return s.ServerArgv(), nil
+	case procgroup.ComponentAPIServer:
+		return s.APIServerArgv(), nil
+	case procgroup.ComponentControllerManager:
+		return s.ControllerManagerArgv(), nil
+	case procgroup.ComponentScheduler:
+		return s.SchedulerArgv(), nil
+	}
+	return nil, fmt.Errorf("clusterstack: no argv builder for %s", c)
+}
+
+// Bin is the path of a binary in BinDir.
+func (s Spec) Bin(name string) string { return filepath.Join(s.BinDir, name) }
+
+func (s Spec) postgresBin(name string) string {
+	dir := s.PostgresBin
+	if dir == "" {
+		dir = DefaultPostgresBin
+	}
+	return filepath.Join(dir, name)
+}
+
+func (s Spec) serviceCIDR() string {
+	if s.ServiceCIDR == "" {
+		return DefaultServiceCIDR
+	}
+	return s.ServiceCIDR
+}
+
+// URL is the tenant apiserver's address.
+func (s Spec) URL() string { return "https://127.0.0.1:" + strconv.Itoa(s.APIServerPort) }
+
+// flags renders a flag map as sorted, deterministic "--key=value" arguments (k3s's
+// GetArgs shape): a table of defaults is easier to read and test than appends.
+func flags(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, "--"+k+"="+m[k])
+	}
+	return out
+}

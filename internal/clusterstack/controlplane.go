@@ -1,0 +1,87 @@
+package clusterstack
+
+import "strconv"
+
+// APIServerArgv is the tenant kube-apiserver: the stack's only TCP listener, on loopback,
+// storing in kine over its unix socket.
+func (s Spec) APIServerArgv() []string {
+	l := s.Layout()
+	return append([]string{s.Bin("kube-apiserver")}, flags(map[string]string{
+		"etcd-servers":                       "unix://" + l.KineSocket(),
+		"storage-backend":                    "etcd3",
+		"bind-address":                       "127.0.0.1",
+		"advertise-address":                  "127.0.0.1",
+		"secure-port":                        strconv.Itoa(s.APIServerPort),
+		"tls-cert-file":                      l.APIServerCert(),
+		"tls-private-key-file":               l.APIServerKey(),
+		"client-ca-file":                     l.CACert(),
+		"service-account-key-file":           l.ServiceAccountPub(),
+		"service-account-signing-key-file":   l.ServiceAccountKey(),
+		"service-account-issuer":             "https://kubernetes.default.svc",
+		"service-cluster-ip-range":           s.serviceCIDR(),
+		"authorization-mode":                 "Node,RBAC",
+		"enable-admission-plugins":           "NodeRestriction",
+		"enable-bootstrap-token-auth":        "true",
+		"encryption-provider-config":         l.EncryptionConfig(),
+		"requestheader-client-ca-file":       l.FrontProxyCACert(),
+		"requestheader-allowed-names":        "front-proxy-client",
+		"requestheader-username-headers":     "X-Remote-User",
+		"requestheader-group-headers":        "X-Remote-Group",
+		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
+		"proxy-client-cert-file":             l.FrontProxyClientCert(),
+		"proxy-client-key-file":              l.FrontProxyClientKey(),
+		"allow-privileged":                   "true",
+		"profiling":                          "false",
+		// The "kubernetes" Service's endpoints would have to name a non-loopback address;
+		// tenants reach the apiserver through their kubeconfig, not the Service.
+		"endpoint-reconciler-type": "none",
+	})...)
+}
+
+// ControllerManagerArgv listens on nothing (--secure-port=0) and signs with the cluster CA.
+func (s Spec) ControllerManagerArgv() []string {
+	l := s.Layout()
+	return append([]string{s.Bin("kube-controller-manager")}, flags(map[string]string{
+		"kubeconfig":                       l.ControllerManagerKubeconfig(),
+		"secure-port":                      "0",
+		"leader-elect":                     "false",
+		"use-service-account-credentials":  "true",
+		"service-account-private-key-file": l.ServiceAccountKey(),
+		"root-ca-file":                     l.CACert(),
+		"cluster-signing-cert-file":        l.CACert(),
+		"cluster-signing-key-file":         l.CAKey(),
+		"cluster-name":                     s.Name,
+		"controllers":                      "*,bootstrapsigner,tokencleaner",
+		"service-cluster-ip-range":         s.serviceCIDR(),
+		"profiling":                        "false",
+	})...)
+}
+
+// SchedulerArgv listens on nothing.
+func (s Spec) SchedulerArgv() []string {
+	return append([]string{s.Bin("kube-scheduler")}, flags(map[string]string{
+		"kubeconfig":   s.Layout().SchedulerKubeconfig(),
+		"secure-port":  "0",
+		"leader-elect": "false",
+		"profiling":    "false",
+	})...)
+}
+
+// ServerArgv is the k3s flavour: one "k3s server" with no agent and no cloud controller of
+// its own, storing through the cluster's kine. Tested as argv only: no k3s binary can be
+// had on these machines.
+func (s Spec) ServerArgv() []string {
+	l := s.Layout()
+	return append([]string{s.K3sBinary, "server"}, flags(map[string]string{
+		"disable-agent":            "true",
+		"disable-cloud-controller": "true",
+		"datastore-endpoint":       "unix://" + l.KineSocket(),
+		"data-dir":                 l.Root + "/k3s",
+		"bind-address":             "127.0.0.1",
+		"advertise-address":        "127.0.0.1",
+		"https-listen-port":        strconv.Itoa(s.APIServerPort),
+		"disable":                  "traefik,servicelb,local-storage,metrics-server,coredns",
+		"write-kubeconfig-mode":    "0600",
+		"secrets-encryption":       "true",
+	})...)
+}

@@ -1,0 +1,56 @@
+package clusterstack
+
+import "path/filepath"
+
+// Layout is every path under a cluster's DataDir. It is the one place that knows them.
+type Layout struct{ Root string }
+
+// Layout returns the DataDir layout of this stack.
+func (s Spec) Layout() Layout { return Layout{Root: s.DataDir} }
+
+func (l Layout) path(p ...string) string { return filepath.Join(append([]string{l.Root}, p...)...) }
+
+// Directories.
+func (l Layout) PKIDir() string            { return l.path("pki") }
+func (l Layout) RunDir() string            { return l.path("run") }      // process records, kine socket
+func (l Layout) LogDir() string            { return l.path("logs") }     // one log per component
+func (l Layout) PostgresDir() string       { return l.path("postgres") } // owned by the postgres user
+func (l Layout) PostgresData() string      { return l.path("postgres", "data") }
+func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
+
+// Files.
+func (l Layout) Identity() string   { return l.path("identity.json") }
+func (l Layout) KineSocket() string { return l.path("run", "kine.sock") }
+func (l Layout) PostgresSocket() string {
+	return filepath.Join(l.PostgresSocketDir(), ".s.PGSQL.5432")
+}
+
+// The superuser password, readable by root only; initdb reads a copy it may read.
+func (l Layout) PostgresSuperuserPassword() string {
+	return l.path("pki", "postgres-superuser.password")
+}
+func (l Layout) PostgresInitPassword() string { return l.path("postgres", "initdb.password") }
+
+// PGPassFile is kine's password, in libpq's passfile format (pgx reads PGPASSFILE).
+func (l Layout) KinePGPass() string       { return l.path("pki", "kine.pgpass") }
+func (l Layout) EncryptionConfig() string { return l.path("pki", "encryption-config.yaml") }
+
+func (l Layout) CACert() string               { return l.path("pki", "ca.crt") }
+func (l Layout) CAKey() string                { return l.path("pki", "ca.key") }
+func (l Layout) APIServerCert() string        { return l.path("pki", "apiserver.crt") }
+func (l Layout) APIServerKey() string         { return l.path("pki", "apiserver.key") }
+func (l Layout) FrontProxyCACert() string     { return l.path("pki", "front-proxy-ca.crt") }
+func (l Layout) FrontProxyCAKey() string      { return l.path("pki", "front-proxy-ca.key") }
+func (l Layout) FrontProxyClientCert() string { return l.path("pki", "front-proxy-client.crt") }
+func (l Layout) FrontProxyClientKey() string  { return l.path("pki", "front-proxy-client.key") }
+func (l Layout) ServiceAccountKey() string    { return l.path("pki", "sa.key") }
+func (l Layout) ServiceAccountPub() string    { return l.path("pki", "sa.pub") }
+
+// Kubeconfigs. admin.kubeconfig is the provider's own (system:masters); nothing else reads it.
+func (l Layout) AdminKubeconfig() string             { return l.path("admin.kubeconfig") }
+func (l Layout) ControllerManagerKubeconfig() string { return l.path("controller-manager.kubeconfig") }
+func (l Layout) SchedulerKubeconfig() string         { return l.path("scheduler.kubeconfig") }
+func (l Layout) TenantKubeconfig() string            { return l.path("tenant.kubeconfig") }
+
+// Log is the log file of one component.
+func (l Layout) Log(component string) string { return l.path("logs", component+".log") }

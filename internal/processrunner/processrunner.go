@@ -1,0 +1,201 @@
+// Package processrunner starts, signals and waits for one process. Each process leads its
+// own process group (setpgid), so a signal to the group reaches whatever it forked; its
+// environment is exactly Spec.Env (nothing is inherited by accident, invariant 13); its
+// output is copied line by line to Spec.Output behind Spec.Prefix, and the last lines are
+// kept for error messages.
+package processrunner
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec says how to run one process.
+type Spec struct {
+	Argv   []string  // Argv[0] is an absolute path; no secret may appear here (invariant 3)
+	Dir    string    // working directory; "" means "/"
+	Env    []string  // the child's whole environment, KEY=VALUE
+	Prefix string    // put in front of every output line, e.g. "kine"
+	Output io.Writer // where prefixed output goes; nil discards it
+	// User, when set, is the OS user the process runs as (Postgres runs as "postgres").
+	User string
+	// StopSignal is sent to the process itself (not its group) to ask it to stop;
+	// zero means SIGTERM. Postgres wants SIGINT (fast shutdown).
+	StopSignal syscall.Signal
+}
+
+// TailLines is how many of the last output lines a Process keeps.
+const TailLines = 20
+
+// Process is one started process. One goroutine owns Wait; Exited closes when it returns.
+type Process struct {
+	spec   Spec
+	cmd    *exec.Cmd
+	id     Identity
+	exited chan struct{}
+	err    error // valid once exited is closed
+
+	mu   sync.Mutex
+	tail []string
+}
+
+// Start starts spec's process in its own process group.
+func Start(spec Spec) (*Process, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("processrunner: empty argv")
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Dir
+	if cmd.Dir == "" {
+		cmd.Dir = "/"
+	}
+	cmd.Env = append([]string{}, spec.Env...) // non-nil: an empty Env means an empty environment
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.User != "" {
+		cred, err := credentialFor(spec.User)
+		if err != nil {
+			return nil, err
+		}
+		cmd.SysProcAttr.Credential = cred
+	}
+	p := &Process{spec: spec, cmd: cmd, exited: make(chan struct{})}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
+	}
+	pw.Close()
+	copied := make(chan struct{})
+	go func() { p.copy(pr); close(copied) }()
+	go func() {
+		err := cmd.Wait()
+		<-copied // the pipe closes when every holder of it (the group) has exited
+		p.err = err
+		close(p.exited)
+	}()
+	// The identity is read once, now, so a later reuse of the pid is never mistaken for us.
+	id, err := IdentityOf(cmd.Process.Pid)
+	if err != nil {
+		id = Identity{Pid: cmd.Process.Pid, Cmdline: spec.Argv}
+	}
+	p.id = id
+	return p, nil
+}
+
+// Run starts spec and waits for it to exit; a non-zero exit is an error carrying the tail.
+func Run(ctx context.Context, spec Spec) error {
+	p, err := Start(spec)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.Exited():
+	case <-ctx.Done():
+		p.Stop(2 * time.Second)
+		return fmt.Errorf("%s: %w", spec.Prefix, ctx.Err())
+	}
+	if err := p.Err(); err != nil {
+		return fmt.Errorf("%s: %w; last output:\n%s", spec.Prefix, err, strings.Join(p.Tail(), "\n"))
+	}
+	return nil
+}
+
+func (p *Process) copy(r io.ReadCloser) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		p.mu.Lock()
+		p.tail = append(p.tail, line)
+		if len(p.tail) > TailLines {
+			p.tail = p.tail[len(p.tail)-TailLines:]
+		}
+		p.mu.Unlock()
+		if p.spec.Output != nil {
+			fmt.Fprintf(p.spec.Output, "[%s] %s\n", p.spec.Prefix, line)
+		}
+	}
+	io.Copy(io.Discard, r)
+}
+
+// Pid is the process id (and its process group id).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Identity is what this process was when it started: pid, start time, cmdline.
+func (p *Process) Identity() Identity { return p.id }
+
+// Exited closes when the process has exited and its output has been drained.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Err is how the process exited; valid after Exited is closed.
+func (p *Process) Err() error { return p.err }
+
+// Tail returns the last output lines.
+func (p *Process) Tail() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.tail...)
+}
+
+// Stop asks the process to stop with its StopSignal, waits up to grace, then SIGKILLs its
+// whole process group and waits for the exit. Stragglers left in the group after the
+// leader exited are killed too. It is safe to call more than once.
+func (p *Process) Stop(grace time.Duration) {
+	select {
+	case <-p.exited:
+		killGroup(p.Pid())
+		return
+	default:
+	}
+	sig := p.spec.StopSignal
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	_ = p.cmd.Process.Signal(sig)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+	}
+	killGroup(p.Pid())
+	<-p.exited
+}
+
+func killGroup(pgid int) { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
+
+func credentialFor(name string) (*syscall.Credential, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("run as user %q: %w", name, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
+// LookupUser returns the uid and gid of an OS user, for preparing directories it will own.
+func LookupUser(name string) (uid, gid int, err error) {
+	c, err := credentialFor(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	return int(c.Uid), int(c.Gid), nil
+}
