@@ -77,7 +77,6 @@ func newFlags(out io.Writer) (*flag.FlagSet, *options) {
 	return fs, o
 }
 
-
 func up(args []string, stdout, stderr io.Writer) error {
 	fs, o := newFlags(stderr)
 	// Accept the name before or after the flags.

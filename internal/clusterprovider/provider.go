@@ -200,7 +200,10 @@ func (p *Provider) up(ctx context.Context, name string, port int) (*Cluster, err
 }
 
 func (p *Provider) groupOptions(s clusterstack.Spec) procgroup.Options {
-	o := procgroup.Options{RecordDir: s.Layout().RunDir(), Marker: s.DataDir + string(filepath.Separator), Grace: p.cfg.Grace}
+	o := procgroup.Options{
+		RecordDir: s.Layout().RunDir(), Grace: p.cfg.Grace,
+		Marker: s.DataDir + string(filepath.Separator), Programs: p.RequiredBinaries(),
+	}
 	if p.cfg.OnEvent != nil {
 		o.OnEvent = func(e procgroup.Event) { p.cfg.OnEvent(s.Name, e) }
 	}

@@ -85,12 +85,40 @@ func waitReadyz(client kubernetes.Interface) procgroup.Gate {
 	}
 }
 
-// waitControllers proves the controller-manager's controllers run: the serviceaccount
-// controller has made the "default" ServiceAccount of the default namespace.
+// controllersProbeLabel marks the probe namespaces of waitControllers.
+const controllersProbeLabel = "socialweb.computer/controllers-probe"
+
+// waitControllers proves the controller-manager's controllers run now, not that they ran
+// once: the serviceaccount controller gives a fresh probe namespace its "default"
+// ServiceAccount. The probe is then deleted (by the namespace controller, asynchronously).
 func waitControllers(client kubernetes.Interface) procgroup.Gate {
 	return func(ctx context.Context) error {
-		return poll(ctx, "controller-manager: default ServiceAccount", func(ctx context.Context) (bool, error) {
-			_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		nss := client.CoreV1().Namespaces()
+		cleanup := func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			list, err := nss.List(dctx, metav1.ListOptions{LabelSelector: controllersProbeLabel})
+			if err != nil {
+				return
+			}
+			for _, ns := range list.Items {
+				_ = nss.Delete(dctx, ns.Name, metav1.DeleteOptions{})
+			}
+		}
+		cleanup() // probes an interrupted earlier run left
+		defer cleanup()
+		var name string
+		return poll(ctx, "controller-manager: ServiceAccount in a probe namespace", func(ctx context.Context) (bool, error) {
+			if name == "" {
+				ns, err := nss.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+					GenerateName: "socialweb-controllers-probe-", Labels: map[string]string{controllersProbeLabel: "true"},
+				}}, metav1.CreateOptions{})
+				if err != nil {
+					return false, err
+				}
+				name = ns.Name
+			}
+			_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 			return err == nil, err
 		})
 	}

@@ -124,9 +124,11 @@ func waitGone(id Identity, d time.Duration) bool {
 	}
 }
 
-// FindByCmdline lists the live processes whose cmdline mentions marker (for instance a
-// cluster's DataDir): the backstop for processes no record names.
-func FindByCmdline(marker string) ([]Identity, error) {
+// FindByCmdline lists the live processes that run one of programs (absolute paths, as
+// argv[0]) with an argument mentioning marker (for instance a cluster's DataDir): the
+// backstop for processes no record names. An operator's "tail -f <DataDir>/logs/..." runs
+// no such program and is never matched.
+func FindByCmdline(marker string, programs []string) ([]Identity, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
@@ -142,7 +144,7 @@ func FindByCmdline(marker string) ([]Identity, error) {
 		if err != nil || isZombie(pid) {
 			continue
 		}
-		if strings.Contains(strings.Join(id.Cmdline, " "), marker) {
+		if len(id.Cmdline) > 1 && slices.Contains(programs, id.Cmdline[0]) && strings.Contains(strings.Join(id.Cmdline[1:], " "), marker) {
 			out = append(out, id)
 		}
 	}

@@ -90,12 +90,26 @@ func Start(spec Spec) (*Process, error) {
 		close(p.exited)
 	}()
 	// The identity is read once, now, so a later reuse of the pid is never mistaken for us.
-	id, err := IdentityOf(cmd.Process.Pid)
-	if err != nil {
-		id = Identity{Pid: cmd.Process.Pid, Cmdline: spec.Argv}
-	}
-	p.id = id
+	p.id = startedIdentity(cmd.Process.Pid, spec.Argv)
 	return p, nil
+}
+
+// startedIdentity reads a just-started process's identity. Start returns once execve has
+// closed our close-on-exec pipe, which is before the kernel has set up the new argv: for a
+// moment /proc/<pid>/cmdline can still read empty, so wait (briefly) until it does not.
+func startedIdentity(pid int, argv []string) Identity {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		id, err := IdentityOf(pid)
+		if err == nil && len(id.Cmdline) > 0 {
+			return id
+		}
+		if time.Now().After(deadline) {
+			// Gone already, or unreadable: record what we started.
+			return Identity{Pid: pid, StartTime: id.StartTime, Cmdline: argv}
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Run starts spec and waits for it to exit; a non-zero exit is an error carrying the tail.

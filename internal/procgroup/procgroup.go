@@ -41,9 +41,11 @@ type Options struct {
 	// RecordDir holds one identity record per running process, so that a later run can
 	// find and reap what this one left (invariant 12). Required.
 	RecordDir string
-	// Marker, when set, is a string every member's cmdline contains (the DataDir): the
-	// backstop by which survivors that no record names are still found.
-	Marker string
+	// Marker and Programs, when set, are the backstop by which survivors no record names
+	// are still found: a process running one of Programs with Marker (the DataDir) in its
+	// arguments belongs to this group.
+	Marker   string
+	Programs []string
 	// Grace is how long a process has between its stop signal and SIGKILL; zero means 10 s.
 	Grace time.Duration
 	// OnEvent, when set, is told of each step's progress (for timings and progress displays).
@@ -71,6 +73,8 @@ type StepError struct {
 	Step Component
 	Err  error
 	Tail []string
+
+	proc *processrunner.Process // whose tail to take once it has been reaped and drained
 }
 
 func (e *StepError) Error() string {
@@ -144,6 +148,10 @@ func Spawn(ctx context.Context, opts Options, steps []Step) (*Group, error) {
 	for _, s := range steps {
 		if err := g.start(ctx, s); err != nil {
 			g.Reap()
+			var se *StepError
+			if errors.As(err, &se) && se.proc != nil {
+				se.Tail = se.proc.Tail() // complete now: the process has exited and its output drained
+			}
 			return nil, err
 		}
 	}
@@ -162,9 +170,9 @@ func (g *Group) event(e Event) {
 func (g *Group) start(ctx context.Context, s Step) error {
 	t0 := time.Now()
 	g.event(Event{Step: s.Name, Phase: "starting"})
-	fail := func(err error, tail []string) error {
+	fail := func(err error, proc *processrunner.Process) error {
 		g.event(Event{Step: s.Name, Phase: "failed", Elapsed: time.Since(t0), Err: err})
-		return &StepError{Step: s.Name, Err: err, Tail: tail}
+		return &StepError{Step: s.Name, Err: err, proc: proc}
 	}
 	if s.Prepare != nil {
 		if err := s.Prepare(ctx); err != nil {
@@ -180,7 +188,7 @@ func (g *Group) start(ctx context.Context, s Step) error {
 	}
 	g.members = append(g.members, member{step: s, proc: p})
 	if err := g.writeRecord(s.Name, p.Identity(), s.Spec.StopSignal); err != nil {
-		return fail(err, nil)
+		return fail(err, p)
 	}
 	timeout := s.ReadyTimeout
 	if timeout == 0 {
@@ -203,12 +211,12 @@ func (g *Group) start(ctx context.Context, s Step) error {
 	for _, m := range g.members {
 		select {
 		case <-m.proc.Exited():
-			return fail(fmt.Errorf("%w while waiting for %s to be ready: %s: %v", ErrEarlyExit, s.Name, m.step.Name, m.proc.Err()), m.proc.Tail())
+			return fail(fmt.Errorf("%w while waiting for %s to be ready: %s: %v", ErrEarlyExit, s.Name, m.step.Name, m.proc.Err()), m.proc)
 		default:
 		}
 	}
 	if gateErr != nil {
-		return fail(fmt.Errorf("readiness gate (deadline %s): %w", timeout, gateErr), p.Tail())
+		return fail(fmt.Errorf("readiness gate (deadline %s): %w", timeout, gateErr), p)
 	}
 	g.event(Event{Step: s.Name, Phase: "ready", Elapsed: time.Since(t0)})
 	return nil
@@ -352,7 +360,7 @@ func ReapSurvivors(opts Options) (int, error) {
 		}
 	}
 	if opts.Marker != "" {
-		ids, err := processrunner.FindByCmdline(opts.Marker)
+		ids, err := processrunner.FindByCmdline(opts.Marker, opts.Programs)
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -1,0 +1,163 @@
+package processrunner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/user"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// syncBuffer is an io.Writer safe for the runner's copy goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestEnvironmentIsExactlyTheSpec(t *testing.T) {
+	t.Setenv("SOCIALWEB_TEST_INHERITED_SECRET", "leaked")
+	var out syncBuffer
+	err := Run(context.Background(), Spec{Argv: []string{"/usr/bin/env"}, Env: []string{"ONLY=this"}, Prefix: "env", Output: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out.String()); got != "[env] ONLY=this" {
+		t.Fatalf("child environment = %q, want only ONLY=this", got)
+	}
+}
+
+func TestOutputLinesArePrefixedAndTailKept(t *testing.T) {
+	var out syncBuffer
+	err := Run(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo one; echo two >&2; exit 3"}, Prefix: "kine", Output: &out})
+	if err == nil || !strings.Contains(err.Error(), "two") {
+		t.Fatalf("a failing run's error = %v, want it to carry the output tail", err)
+	}
+	if !strings.Contains(out.String(), "[kine] one\n") || !strings.Contains(out.String(), "[kine] two\n") {
+		t.Fatalf("output = %q", out.String())
+	}
+}
+
+func TestStopReachesTheWholeProcessGroup(t *testing.T) {
+	// The shell ignores SIGTERM and forks a sleep: only the group SIGKILL after the grace
+	// ends both, which is what a component that forks (Postgres) needs.
+	var out syncBuffer
+	p, err := Start(Spec{Argv: []string{"/bin/sh", "-c", "trap '' TERM; /bin/sleep 300 & echo child $!; wait"}, Prefix: "sh", Output: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var childPid int
+	deadline := time.Now().Add(5 * time.Second)
+	for childPid == 0 && time.Now().Before(deadline) {
+		for _, l := range p.Tail() {
+			if _, err := fmtSscan(l, &childPid); err == nil {
+				break
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if childPid == 0 {
+		t.Fatalf("no child pid in %q", out.String())
+	}
+	child, err := IdentityOf(childPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stop(200 * time.Millisecond)
+	select {
+	case <-p.Exited():
+	default:
+		t.Fatal("Stop returned before the process exited")
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for child.Alive() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if child.Alive() {
+		t.Fatal("the forked child outlived Stop")
+	}
+	p.Stop(time.Second) // idempotent
+}
+
+func TestRunsAsAnotherUser(t *testing.T) {
+	u, err := user.Lookup("postgres")
+	if err != nil || syscall.Getuid() != 0 {
+		t.Skip("needs root and a postgres user")
+	}
+	var out syncBuffer
+	if err := Run(context.Background(), Spec{Argv: []string{"/usr/bin/id", "-u"}, User: "postgres", Prefix: "id", Output: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out.String()); got != "[id] "+u.Uid {
+		t.Fatalf("id -u = %q, want %s", got, u.Uid)
+	}
+}
+
+func TestIdentityTellsAReusedPidApart(t *testing.T) {
+	p, err := Start(Spec{Argv: []string{"/bin/sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	id := p.Identity()
+	if !id.Alive() || id.StartTime == 0 || id.Cmdline[0] != "/bin/sleep" {
+		t.Fatalf("identity %+v not alive", id)
+	}
+	other := id
+	other.StartTime++
+	if other.Alive() {
+		t.Fatal("an identity with another start time matched")
+	}
+	if err := id.Kill(0, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited()
+	if id.Alive() {
+		t.Fatal("killed process still alive")
+	}
+}
+
+func TestFindByCmdlineMatchesOnlyOurPrograms(t *testing.T) {
+	marker := "/tmp/socialweb-marker-" + t.Name() + "/"
+	ours, err := Start(Spec{Argv: []string{"/bin/sh", "-c", "sleep 300", marker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ours.Stop(time.Second)
+	foreign, err := Start(Spec{Argv: []string{"/bin/bash", "-c", "sleep 300", marker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Stop(time.Second)
+	ids, err := FindByCmdline(marker, []string{"/bin/sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids[0].Pid != ours.Pid() {
+		t.Fatalf("found %+v, want only pid %d", ids, ours.Pid())
+	}
+}
+
+func fmtSscan(line string, pid *int) (int, error) {
+	var n int
+	_, err := fmt.Sscanf(line, "child %d", &n)
+	if err == nil {
+		*pid = n
+	}
+	return n, err
+}
