@@ -1,0 +1,248 @@
+package clusterprovider
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/portallocator"
+	"socialweb.computer/kcp/internal/processrunner"
+	"socialweb.computer/kcp/internal/procgroup"
+)
+
+func TestNoGuardSeamIsRefused(t *testing.T) {
+	step := func(c procgroup.Component) procgroup.Step { return procgroup.Step{Name: c} }
+	if err := CheckGuardSeam([]procgroup.Step{step(procgroup.ComponentAPIServer), step(procgroup.ComponentScheduler)}); !errors.Is(err, ErrNoGuardSeam) {
+		t.Fatalf("a stack with nothing before the control plane: %v, want ErrNoGuardSeam", err)
+	}
+	if err := CheckGuardSeam([]procgroup.Step{step(procgroup.ComponentK3s)}); !errors.Is(err, ErrNoGuardSeam) {
+		t.Fatalf("k3s alone: %v, want ErrNoGuardSeam", err)
+	}
+	if err := CheckGuardSeam([]procgroup.Step{step(procgroup.ComponentPostgres), step(procgroup.ComponentKine), step(procgroup.ComponentAPIServer)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStepsForPutsTheGuardBeforeTheControlPlane(t *testing.T) {
+	for _, k3s := range []string{"", "/usr/local/bin/k3s"} {
+		s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), BinDir: "/opt/bin", APIServerPort: 30001, K3sBinary: k3s}
+		steps, err := StepsFor(StepInput{Spec: s, Identity: Identity{Cluster: "demo", UID: "u"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []procgroup.Component
+		for _, st := range steps {
+			names = append(names, st.Name)
+			if st.Ready == nil {
+				t.Fatalf("%s has no gate", st.Name)
+			}
+		}
+		if names[0] != procgroup.ComponentPostgres || names[1] != procgroup.ComponentKine || steps[1].Prepare == nil || !names[2].IsControlPlane() {
+			t.Fatalf("steps %v: want postgres, kine (with the guard), then the control plane", names)
+		}
+		if steps[0].Spec.User != clusterstack.PostgresUser {
+			t.Fatal("postgres does not run as the postgres user")
+		}
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, bad := range []string{"", "Demo", "1demo", "demo-", "de_mo", "de.mo", strings.Repeat("a", 41), "../etc"} {
+		if err := ValidateName(bad); err == nil || !strings.Contains(err.Error(), "cluster name") {
+			t.Errorf("ValidateName(%q) = %v, want an error naming the field", bad, err)
+		}
+	}
+	for _, good := range []string{"demo", "a", "tenant-42"} {
+		if err := ValidateName(good); err != nil {
+			t.Errorf("ValidateName(%q) = %v", good, err)
+		}
+	}
+}
+
+// fakeBinaries makes executables that exist but must never run: the bad-input tests fail
+// before anything starts.
+func fakeBinaries(t *testing.T) (bin, pg string) {
+	bin, pg = t.TempDir(), t.TempDir()
+	for _, n := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\nexit 99\n"), 0o755)
+	}
+	for _, n := range []string{"initdb", "postgres"} {
+		os.WriteFile(filepath.Join(pg, n), []byte("#!/bin/sh\nexit 99\n"), 0o755)
+	}
+	return bin, pg
+}
+
+func freePortRange(t *testing.T) portallocator.Range {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return portallocator.Range{First: p, Last: p}
+}
+
+func assertNothingLeft(t *testing.T, p *Provider, name string) {
+	t.Helper()
+	if ls := p.Leases().Leases(); len(ls) != 0 {
+		t.Errorf("leases left: %v", ls)
+	}
+	if _, err := os.Stat(p.DataDir(name)); !os.IsNotExist(err) {
+		t.Errorf("DataDir %s exists after a refused bring-up", p.DataDir(name))
+	}
+	ids, _ := processrunner.FindByCmdline(p.DataDir(name)+"/", p.RequiredBinaries())
+	if len(ids) != 0 {
+		t.Errorf("processes left: %v", ids)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	bin, pg := fakeBinaries(t)
+	t.Run("missing binary", func(t *testing.T) {
+		os.Remove(filepath.Join(bin, "kube-scheduler"))
+		defer os.WriteFile(filepath.Join(bin, "kube-scheduler"), []byte("#!/bin/sh\nexit 99\n"), 0o755)
+		p, err := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Up(context.Background(), "demo")
+		if !errors.Is(err, ErrMissingBinary) || !strings.Contains(err.Error(), "kube-scheduler") || !strings.Contains(err.Error(), InstallHint) {
+			t.Fatalf("Up = %v, want ErrMissingBinary naming kube-scheduler and %s", err, InstallHint)
+		}
+		assertNothingLeft(t, p, "demo")
+	})
+	t.Run("no free port", func(t *testing.T) {
+		rng := freePortRange(t)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(rng.First))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		p, err := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: rng})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Up(context.Background(), "demo")
+		if !errors.Is(err, portallocator.ErrExhausted) {
+			t.Fatalf("Up = %v, want ErrExhausted", err)
+		}
+		assertNothingLeft(t, p, "demo")
+	})
+	t.Run("unwritable DataDir", func(t *testing.T) {
+		root := t.TempDir()
+		p, err := New(Config{DataRoot: root, BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A file where the DataDir must go: even root cannot make a directory there.
+		os.WriteFile(p.DataDir("demo"), []byte("not a directory"), 0o600)
+		_, err = p.Up(context.Background(), "demo")
+		if err == nil || !strings.Contains(err.Error(), "DataDir") {
+			t.Fatalf("Up = %v, want an error naming the DataDir", err)
+		}
+		if ls := p.Leases().Leases(); len(ls) != 0 {
+			t.Errorf("leases left: %v", ls)
+		}
+		if b, _ := os.ReadFile(p.DataDir("demo")); string(b) != "not a directory" {
+			t.Error("the refused bring-up changed what was at the DataDir")
+		}
+	})
+	t.Run("bad name", func(t *testing.T) {
+		p, _ := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
+		if _, err := p.Up(context.Background(), "Bad_Name"); err == nil || !strings.Contains(err.Error(), "cluster name") {
+			t.Fatalf("Up = %v, want an error naming the cluster name", err)
+		}
+		assertNothingLeft(t, p, "Bad_Name")
+	})
+}
+
+func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {
+	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), APIServerPort: 30001}
+	os.MkdirAll(s.Layout().PKIDir(), 0o700)
+	if err := EnsureCredentials(s, []string{"demo.example", "10.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	ca1, _ := os.ReadFile(s.Layout().CACert())
+	if err := EnsureCredentials(s, nil); err != nil {
+		t.Fatal(err)
+	}
+	ca2, _ := os.ReadFile(s.Layout().CACert())
+	if string(ca1) != string(ca2) {
+		t.Fatal("a second EnsureCredentials re-minted the CA")
+	}
+	filepath.Walk(s.DataDir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && info.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", path, info.Mode().Perm())
+		}
+		return nil
+	})
+	os.Remove(s.Layout().CAKey())
+	if err := EnsureCredentials(s, nil); err == nil {
+		t.Fatal("a CA with its key missing was silently re-minted")
+	}
+}
+
+// secretsOf returns every secret value minted for a cluster: key material, passwords, the
+// encryption key. No argv may contain any of them (invariant 3).
+func secretsOf(t *testing.T, l clusterstack.Layout) []string {
+	t.Helper()
+	var out []string
+	for _, p := range []string{l.CAKey(), l.FrontProxyCAKey(), l.APIServerKey(), l.FrontProxyClientKey(), l.ServiceAccountKey(), l.PostgresSuperuserPassword()} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pemBody(string(b))...)
+	}
+	pw, err := kinePassword(l.KinePGPass())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, pw)
+	enc, _ := os.ReadFile(l.EncryptionConfig())
+	for _, line := range strings.Split(string(enc), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "secret: "); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// pemBody returns the base64 lines of PEM blocks (or the text itself when not PEM).
+func pemBody(s string) []string {
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if line != "" && !strings.HasPrefix(line, "-----") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func TestNoBuilderPutsASecretOnArgv(t *testing.T) {
+	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), BinDir: "/opt/bin", APIServerPort: 30001, K3sBinary: "/opt/k3s"}
+	os.MkdirAll(s.Layout().PKIDir(), 0o700)
+	if err := EnsureCredentials(s, nil); err != nil {
+		t.Fatal(err)
+	}
+	secrets := secretsOf(t, s.Layout())
+	for _, argv := range [][]string{s.InitdbArgv(), s.PostgresArgv(), s.KineArgv(), s.APIServerArgv(), s.ControllerManagerArgv(), s.SchedulerArgv(), s.ServerArgv()} {
+		joined := strings.Join(argv, " ")
+		for _, sec := range secrets {
+			if strings.Contains(joined, sec) {
+				t.Fatalf("%s carries a secret on argv", argv[0])
+			}
+		}
+		for _, word := range []string{"password=", "token=", ":@"} {
+			if strings.Contains(strings.ToLower(joined), word) {
+				t.Fatalf("%s argv contains %q", argv[0], word)
+			}
+		}
+	}
+}
