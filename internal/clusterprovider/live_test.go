@@ -51,7 +51,11 @@ type events struct {
 	ev []procgroup.Event
 }
 
-func (e *events) on(_ string, ev procgroup.Event) { e.mu.Lock(); e.ev = append(e.ev, ev); e.mu.Unlock() }
+func (e *events) on(_ string, ev procgroup.Event) {
+	e.mu.Lock()
+	e.ev = append(e.ev, ev)
+	e.mu.Unlock()
+}
 
 func (e *events) phase(p string) []procgroup.Component {
 	e.mu.Lock()

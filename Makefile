@@ -1,0 +1,23 @@
+# The two commands of the README.
+NAME      ?= demo
+DATA_ROOT ?= /var/lib/socialweb-kcp
+
+.PHONY: run test check-fast install bench
+
+# Installs the pinned components (idempotent), builds the provider, brings up cluster $(NAME).
+run: install
+	go build -o bin/socialweb-clusterprovider ./cmd/socialweb-clusterprovider
+	bin/socialweb-clusterprovider up $(NAME) --data-root $(DATA_ROOT) --bin-dir $(CURDIR)/bin
+
+# Every test, live ones included (what CI runs).
+test:
+	bash deploy/check.sh
+
+check-fast:
+	bash deploy/check.sh --fast
+
+install:
+	bash deploy/install-components.sh
+
+bench: install
+	go run ./bench/spawn -runs 3
