@@ -132,11 +132,13 @@ func up(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "tenant kubeconfig: %s\n", c.TenantKubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s get ns\n", c.TenantKubeconfig)
 	fmt.Fprintln(stdout, "press Ctrl-C to stop it")
+	var died error
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stdout, "stopping: reaping in reverse order")
 	case ex := <-c.Group().Exited():
-		fmt.Fprintf(stdout, "%s exited on its own (%v); reaping the rest\n", ex.Step, ex.Err)
+		died = fmt.Errorf("cluster %s: %s exited on its own (%v); last output:\n  %s", name, ex.Step, ex.Err, strings.Join(ex.Tail, "\n  "))
+		fmt.Fprintf(stdout, "%s exited on its own; reaping the rest in reverse order\n", ex.Step)
 	}
 	t1 := time.Now()
 	if o.rm {
@@ -145,10 +147,10 @@ func up(args []string, stdout, stderr io.Writer) error {
 		err = c.Stop()
 	}
 	if err != nil {
-		return err
+		return errors.Join(died, err)
 	}
 	fmt.Fprintf(stdout, "cluster %s stopped in %.2fs; nothing of it is running\n", name, time.Since(t1).Seconds())
-	return nil
+	return died
 }
 
 func envOr(key, def string) string {

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"socialweb.computer/kcp/internal/processrunner"
+)
+
+// The main job as an operator runs it: kill -9 the provider while its cluster runs, start it
+// again, and the old processes are reaped (never adopted); then Ctrl-C leaves nothing.
+func TestKill9OfTheProviderThenRestart(t *testing.T) {
+	live := os.Getenv("SOCIALWEB_REQUIRE_LIVE") == "1"
+	bin, _ := filepath.Abs("../../bin")
+	if testing.Short() && !live {
+		t.Skip("live test skipped under -short")
+	}
+	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil || os.Getuid() != 0 {
+		if live {
+			t.Fatalf("live test cannot run: needs root and %s/kube-apiserver (run deploy/install-components.sh)", bin)
+		}
+		t.Skip("live test skipped: needs root and the installed components")
+	}
+	exe := filepath.Join(t.TempDir(), "socialweb-clusterprovider")
+	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	root := t.TempDir()
+	for d := root; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o711)
+	}
+	args := []string{"up", "crashy", "--data-root", root, "--bin-dir", bin, "--port-range", "33000-33099"}
+	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), "/usr/lib/postgresql/15/bin/postgres"}
+	dataDir := filepath.Join(root, "clusters", "crashy") + "/"
+
+	start := func() (*exec.Cmd, *bufio.Scanner) {
+		cmd := exec.Command(exe, args...)
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, bufio.NewScanner(out)
+	}
+	waitFor := func(sc *bufio.Scanner, what string) {
+		t.Helper()
+		done := make(chan bool, 1)
+		go func() {
+			for sc.Scan() {
+				t.Log(sc.Text())
+				if strings.Contains(sc.Text(), what) {
+					done <- true
+					return
+				}
+			}
+			done <- false
+		}()
+		select {
+		case ok := <-done:
+			if !ok {
+				t.Fatalf("the provider ended before printing %q", what)
+			}
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("no %q within 3 minutes", what)
+		}
+	}
+
+	first, sc := start()
+	waitFor(sc, "is Ready")
+	old, err := processrunner.FindByCmdline(dataDir, programs)
+	if err != nil || len(old) != 5 {
+		t.Fatalf("components of the first run: %v, %v; want 5", old, err)
+	}
+	first.Process.Signal(syscall.SIGKILL)
+	first.Wait()
+	for _, id := range old {
+		if !id.Alive() {
+			t.Fatalf("pid %d died with the provider; the restart would have nothing to reap", id.Pid)
+		}
+	}
+
+	second, sc := start()
+	waitFor(sc, "is Ready")
+	for _, id := range old {
+		if id.Alive() {
+			t.Errorf("survivor pid %d (%s) was not reaped", id.Pid, id.Cmdline[0])
+		}
+	}
+	now, _ := processrunner.FindByCmdline(dataDir, programs)
+	if len(now) != 5 {
+		t.Fatalf("after the restart %d components run, want 5 (no duplicates)", len(now))
+	}
+
+	second.Process.Signal(os.Interrupt)
+	waitFor(sc, "nothing of it is running")
+	if err := second.Wait(); err != nil {
+		t.Fatalf("the provider exited with %v after Ctrl-C", err)
+	}
+	if left, _ := processrunner.FindByCmdline(dataDir, programs); len(left) != 0 {
+		t.Fatalf("left running after Ctrl-C: %v", left)
+	}
+}
