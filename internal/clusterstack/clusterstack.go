@@ -42,7 +42,7 @@ const (
 	PostgresUser = "postgres"
 )
 
-// Flavour returns the control-plane components of this stack, in start order.
+// ControlPlane returns the control-plane components of this stack (its flavour), in start order.
 func (s Spec) ControlPlane() []procgroup.Component {
 	if s.K3sBinary != "" {
 		return []procgroup.Component{procgroup.ComponentK3s}
