@@ -10,31 +10,23 @@ import (
 	"testing"
 	"time"
 
+	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/processrunner"
 )
 
 // The main job as an operator runs it: kill -9 the provider while its cluster runs, start it
 // again, and the old processes are reaped (never adopted); then Ctrl-C leaves nothing.
 func TestKill9OfTheProviderThenRestart(t *testing.T) {
-	live := os.Getenv("SOCIALWEB_REQUIRE_LIVE") == "1"
-	bin, _ := filepath.Abs("../../bin")
-	if testing.Short() && !live {
-		t.Skip("live test skipped under -short")
-	}
-	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil || os.Getuid() != 0 {
-		if live {
-			t.Fatalf("live test cannot run: needs root and %s/kube-apiserver (run deploy/install-components.sh)", bin)
-		}
-		t.Skip("live test skipped: needs root and the installed components")
+	livetest.Start(t)
+	bin := livetest.BinDir(t)
+	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil {
+		livetest.Need(t, bin+"/kube-apiserver is not installed; run deploy/install-components.sh")
 	}
 	exe := filepath.Join(t.TempDir(), "socialweb-clusterprovider")
 	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	root := t.TempDir()
-	for d := root; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o711)
-	}
+	root := livetest.DataRoot(t)
 	args := []string{"up", "crashy", "--data-root", root, "--bin-dir", bin, "--port-range", "33000-33099"}
 	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), "/usr/lib/postgresql/15/bin/postgres"}
 	dataDir := filepath.Join(root, "clusters", "crashy") + "/"

@@ -20,30 +20,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
-// Live tests run the real binaries. Under SOCIALWEB_REQUIRE_LIVE=1 a live test that cannot
-// run fails (invariant 19); otherwise it skips, saying why.
-
-func binDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("SOCIALWEB_BIN_DIR")
-	if dir == "" {
-		dir, _ = filepath.Abs("../../bin")
-	}
-	return dir
-}
-
-func requireLive(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("SOCIALWEB_REQUIRE_LIVE") == "1" {
-		t.Fatalf("live test cannot run: %s", why)
-	}
-	t.Skipf("live test skipped: %s (set SOCIALWEB_REQUIRE_LIVE=1 to make this a failure)", why)
-}
+func binDir(t *testing.T) string { return livetest.BinDir(t) }
 
 // events collects the provider's step events.
 type events struct {
@@ -72,23 +55,13 @@ func (e *events) phase(p string) []procgroup.Component {
 // liveProvider makes a provider over a fresh data root in the test's temp dir.
 func liveProvider(t *testing.T) (*Provider, *events) {
 	t.Helper()
-	if testing.Short() && os.Getenv("SOCIALWEB_REQUIRE_LIVE") != "1" {
-		t.Skip("live test skipped under -short (deploy/check.sh --fast)")
-	}
-	if os.Getuid() != 0 {
-		requireLive(t, "needs root (Postgres runs as the postgres user)")
-	}
+	livetest.Start(t)
 	for _, b := range (&Provider{cfg: Config{BinDir: binDir(t), PostgresBin: clusterstack.DefaultPostgresBin}}).RequiredBinaries() {
 		if _, err := os.Stat(b); err != nil {
-			requireLive(t, b+" is not installed; run "+InstallHint)
+			livetest.Need(t, b+" is not installed; run "+InstallHint)
 		}
 	}
-	root := t.TempDir()
-	// t.TempDir's parents are 0700; the postgres user must be able to traverse to its
-	// subdirectory of the DataDir, as it can under /var/lib.
-	for d := root; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o711)
-	}
+	root := livetest.DataRoot(t)
 	ev := &events{}
 	p, err := New(Config{
 		DataRoot: root, BinDir: binDir(t), Ports: portallocator.Range{First: 31000, Last: 31999},

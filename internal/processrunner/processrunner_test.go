@@ -65,7 +65,7 @@ func TestStopReachesTheWholeProcessGroup(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for childPid == 0 && time.Now().Before(deadline) {
 		for _, l := range p.Tail() {
-			if _, err := fmtSscan(l, &childPid); err == nil {
+			if _, err := fmt.Sscanf(l, "child %d", &childPid); err == nil {
 				break
 			}
 		}
@@ -151,13 +151,4 @@ func TestFindByCmdlineMatchesOnlyOurPrograms(t *testing.T) {
 	if len(ids) != 1 || ids[0].Pid != ours.Pid() {
 		t.Fatalf("found %+v, want only pid %d", ids, ours.Pid())
 	}
-}
-
-func fmtSscan(line string, pid *int) (int, error) {
-	var n int
-	_, err := fmt.Sscanf(line, "child %d", &n)
-	if err == nil {
-		*pid = n
-	}
-	return n, err
 }

@@ -1,0 +1,60 @@
+// Package livetest holds the one rule every live test follows (invariant 19): under
+// SOCIALWEB_REQUIRE_LIVE=1 a live test that cannot run fails; otherwise it skips, saying
+// why. It also finds the installed binaries and makes a data root Postgres can use.
+package livetest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Required reports whether live tests must run (CI sets SOCIALWEB_REQUIRE_LIVE=1).
+func Required() bool { return os.Getenv("SOCIALWEB_REQUIRE_LIVE") == "1" }
+
+// Need fails (when Required) or skips t because a live test cannot run.
+func Need(t testing.TB, why string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("live test cannot run: %s", why)
+	}
+	t.Skipf("live test skipped: %s (set SOCIALWEB_REQUIRE_LIVE=1 to make this a failure)", why)
+}
+
+// Start is the first call of a live test: under -short (deploy/check.sh --fast) it skips
+// unless live tests are required, and it needs root, as Postgres runs as the postgres user.
+func Start(t testing.TB) {
+	t.Helper()
+	if testing.Short() && !Required() {
+		t.Skip("live test skipped under -short (deploy/check.sh --fast)")
+	}
+	if os.Getuid() != 0 {
+		Need(t, "needs root (Postgres runs as the postgres user)")
+	}
+}
+
+// BinDir is where the installed components are: SOCIALWEB_BIN_DIR, else the repository's
+// bin/, found from the test's package directory.
+func BinDir(t testing.TB) string {
+	if dir := os.Getenv("SOCIALWEB_BIN_DIR"); dir != "" {
+		return dir
+	}
+	wd, _ := os.Getwd()
+	for d := wd; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(d, "bin")
+		}
+	}
+	t.Fatalf("no go.mod above %s", wd)
+	return ""
+}
+
+// DataRoot returns a fresh temp dir whose parents the postgres user can traverse (as it
+// can under /var/lib): t.TempDir's are 0700.
+func DataRoot(t testing.TB) string {
+	root := t.TempDir()
+	for d := root; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o711)
+	}
+	return root
+}
