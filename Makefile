@@ -4,9 +4,8 @@ DATA_ROOT ?= /var/lib/socialweb-kcp
 
 .PHONY: run test check-fast install bench
 
-# Installs the pinned components (idempotent), builds the provider, brings up cluster $(NAME).
+# Installs the pinned components and builds our binaries (idempotent), brings up cluster $(NAME).
 run: install
-	go build -o bin/socialweb-clusterprovider ./cmd/socialweb-clusterprovider
 	bin/socialweb-clusterprovider up $(NAME) --data-root $(DATA_ROOT) --bin-dir $(CURDIR)/bin
 
 # Every test, live ones included (what CI runs).

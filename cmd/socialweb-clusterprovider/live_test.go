@@ -19,8 +19,10 @@ import (
 func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	livetest.Start(t)
 	bin := livetest.BinDir(t)
-	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil {
-		livetest.Need(t, bin+"/kube-apiserver is not installed; run deploy/install-components.sh")
+	for _, b := range []string{"kube-apiserver", "socialweb-cloud-controller-manager"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			livetest.Need(t, bin+"/"+b+" is not installed; run deploy/install-components.sh")
+		}
 	}
 	exe := filepath.Join(t.TempDir(), "socialweb-clusterprovider")
 	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
@@ -28,7 +30,7 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	}
 	root := livetest.DataRoot(t)
 	args := []string{"up", "crashy", "--data-root", root, "--bin-dir", bin, "--port-range", "33000-33099"}
-	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), "/usr/lib/postgresql/15/bin/postgres"}
+	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
 	dataDir := filepath.Join(root, "clusters", "crashy") + "/"
 
 	start := func() (*exec.Cmd, *bufio.Scanner) {
@@ -66,9 +68,9 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 
 	first, sc := start()
 	waitFor(sc, "is Ready")
-	old, err := processrunner.FindByCmdline(dataDir, programs)
-	if err != nil || len(old) != 5 {
-		t.Fatalf("components of the first run: %v, %v; want 5", old, err)
+	old, err := processrunner.FindByMarker(dataDir, programs)
+	if err != nil || len(old) != 6 {
+		t.Fatalf("components of the first run: %v, %v; want 6", old, err)
 	}
 	first.Process.Signal(syscall.SIGKILL)
 	first.Wait()
@@ -85,9 +87,9 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 			t.Errorf("survivor pid %d (%s) was not reaped", id.Pid, id.Cmdline[0])
 		}
 	}
-	now, _ := processrunner.FindByCmdline(dataDir, programs)
-	if len(now) != 5 {
-		t.Fatalf("after the restart %d components run, want 5 (no duplicates)", len(now))
+	now, _ := processrunner.FindByMarker(dataDir, programs)
+	if len(now) != 6 {
+		t.Fatalf("after the restart %d components run, want 6 (no duplicates)", len(now))
 	}
 
 	second.Process.Signal(os.Interrupt)
@@ -95,7 +97,7 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	if err := second.Wait(); err != nil {
 		t.Fatalf("the provider exited with %v after Ctrl-C", err)
 	}
-	if left, _ := processrunner.FindByCmdline(dataDir, programs); len(left) != 0 {
+	if left, _ := processrunner.FindByMarker(dataDir, programs); len(left) != 0 {
 		t.Fatalf("left running after Ctrl-C: %v", left)
 	}
 }

@@ -26,7 +26,7 @@ import (
 const usage = `usage: socialweb-clusterprovider up NAME [flags]
 
 Brings the tenant cluster NAME up (PostgreSQL, kine, kube-apiserver, kube-controller-manager,
-kube-scheduler), prints where its kubeconfig is, and stays up until interrupted; then reaps
+kube-scheduler, socialweb-cloud-controller-manager), prints where its kubeconfig is, and stays up until interrupted; then reaps
 every process in reverse order and releases its port. The cluster's data is kept in
 <data-root>/clusters/NAME unless --rm is given.
 
@@ -61,6 +61,7 @@ type options struct {
 	dataRoot, binDir, ports, sans string
 	verbose, rm                   bool
 	timeout                       time.Duration
+	maxNodes, podsPerNode         int
 }
 
 func newFlags(out io.Writer) (*flag.FlagSet, *options) {
@@ -74,6 +75,8 @@ func newFlags(out io.Writer) (*flag.FlagSet, *options) {
 	fs.BoolVar(&o.verbose, "v", false, "copy every component's log to stderr")
 	fs.BoolVar(&o.rm, "rm", false, "remove the cluster's DataDir after teardown")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "bring-up deadline")
+	fs.IntVar(&o.maxNodes, "max-nodes", 0, "node quota: the CCM initializes at most this many Nodes (0: no quota)")
+	fs.IntVar(&o.podsPerNode, "pods-per-node", 0, "pods per node, published on each Node as node.socialweb.computer/pods-per-node (0: 110)")
 	return fs, o
 }
 
@@ -97,8 +100,14 @@ func up(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--port-range: %w", err)
 	}
+	if o.maxNodes < 0 {
+		return fmt.Errorf("--max-nodes: %d is negative; want 0 (no quota) or more", o.maxNodes)
+	}
+	if o.podsPerNode < 0 {
+		return fmt.Errorf("--pods-per-node: %d is negative; want 0 (the default, 110) or more", o.podsPerNode)
+	}
 	cfg := clusterprovider.Config{
-		DataRoot: o.dataRoot, BinDir: o.binDir, Ports: rng,
+		DataRoot: o.dataRoot, BinDir: o.binDir, Ports: rng, MaxNodes: o.maxNodes, PodsPerNode: o.podsPerNode,
 		OnEvent: func(cluster string, e procgroup.Event) {
 			switch e.Phase {
 			case "ready", "stopped":

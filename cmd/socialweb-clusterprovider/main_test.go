@@ -15,6 +15,8 @@ func TestBadInvocationsNameWhatIsWrong(t *testing.T) {
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"up"}, "NAME"},
 		{[]string{"up", "demo", "--port-range", "9-8"}, "--port-range"},
+		{[]string{"up", "demo", "--max-nodes", "-1"}, "--max-nodes"},
+		{[]string{"up", "demo", "--pods-per-node", "-5"}, "--pods-per-node"},
 		{[]string{"up", "Bad_Name", "--data-root", "DATA", "--bin-dir", "/nonexistent"}, "cluster name"},
 		{[]string{"up", "demo", "--data-root", "DATA", "--bin-dir", "/nonexistent"}, "/nonexistent/kine is missing"},
 	} {

@@ -22,6 +22,9 @@ const (
 	TenantAdminUser   = "socialweb:tenant-admin"
 	TenantAdminsGroup = "socialweb:tenant-admins"
 	TenantAdminsCRB   = "socialweb:tenant-admins"
+	// CloudControllerManagerUser is the CCM's own identity, bounded by the ClusterRole of
+	// the same name (rbac.go): Nodes and Events, nothing else (seed D3, invariant 20).
+	CloudControllerManagerUser = "socialweb:cloud-controller-manager"
 )
 
 // EnsureCredentials mints whatever of the cluster's credentials is missing, so a restart
@@ -72,6 +75,7 @@ func EnsureCredentials(s clusterstack.Spec, sans []string) error {
 		{l.ControllerManagerKubeconfig(), pki.Leaf{CommonName: "system:kube-controller-manager"}},
 		{l.SchedulerKubeconfig(), pki.Leaf{CommonName: "system:kube-scheduler"}},
 		{l.TenantKubeconfig(), pki.Leaf{CommonName: TenantAdminUser, Organization: []string{TenantAdminsGroup}}},
+		{l.CloudControllerManagerKubeconfig(), pki.Leaf{CommonName: CloudControllerManagerUser}},
 	}
 	for _, k := range kubeconfigs {
 		if err := ensureKubeconfig(s, ca, k.path, k.leaf); err != nil {

@@ -52,8 +52,9 @@ func (e *events) phase(p string) []procgroup.Component {
 	return out
 }
 
-// liveProvider makes a provider over a fresh data root in the test's temp dir.
-func liveProvider(t *testing.T) (*Provider, *events) {
+// liveProvider makes a provider over a fresh data root in the test's temp dir; opts adjust
+// its Config.
+func liveProvider(t *testing.T, opts ...func(*Config)) (*Provider, *events) {
 	t.Helper()
 	livetest.Start(t)
 	for _, b := range (&Provider{cfg: Config{BinDir: binDir(t), PostgresBin: clusterstack.DefaultPostgresBin}}).RequiredBinaries() {
@@ -63,10 +64,14 @@ func liveProvider(t *testing.T) (*Provider, *events) {
 	}
 	root := livetest.DataRoot(t)
 	ev := &events{}
-	p, err := New(Config{
+	cfg := Config{
 		DataRoot: root, BinDir: binDir(t), Ports: portallocator.Range{First: 31000, Last: 31999},
 		Grace: 10 * time.Second, OnEvent: ev.on,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +109,7 @@ func TestTheControlPlaneReachesReadyAtZeroNodes(t *testing.T) {
 	p, ev := liveProvider(t)
 	c := up(t, p, "zero")
 
-	want := []procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine, procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler}
+	want := []procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine, procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler, procgroup.ComponentCloudControllerManager}
 	if got := ev.phase("ready"); !slices.Equal(got, want) {
 		t.Fatalf("gates passed: %v, want %v", got, want)
 	}
@@ -211,7 +216,7 @@ func TestTeardownLeavesNoSurvivors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("teardown in %.2fs", time.Since(t0).Seconds())
-	want := []procgroup.Component{procgroup.ComponentScheduler, procgroup.ComponentControllerManager, procgroup.ComponentAPIServer, procgroup.ComponentKine, procgroup.ComponentPostgres}
+	want := []procgroup.Component{procgroup.ComponentCloudControllerManager, procgroup.ComponentScheduler, procgroup.ComponentControllerManager, procgroup.ComponentAPIServer, procgroup.ComponentKine, procgroup.ComponentPostgres}
 	if got := ev.phase("stopping"); !slices.Equal(got, want) {
 		t.Fatalf("stop order %v, want %v", got, want)
 	}
@@ -220,14 +225,7 @@ func TestTeardownLeavesNoSurvivors(t *testing.T) {
 			t.Errorf("%s (pid %d) survived teardown", m.Step, m.Identity.Pid)
 		}
 	}
-	// Any process at all whose cmdline names the DataDir (Postgres's children included).
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		argv, err := processrunner.Cmdline(atoi(e.Name()))
-		if err == nil && strings.Contains(strings.Join(argv, " "), c.DataDir) {
-			t.Errorf("pid %s survived: %v", e.Name(), argv)
-		}
-	}
+	assertNothingRuns(t, p, c)
 	if h := p.Leases().Holder(c.Port); h != "" {
 		t.Errorf("port %d still leased to %s", c.Port, h)
 	}
@@ -241,6 +239,23 @@ func TestTeardownLeavesNoSurvivors(t *testing.T) {
 	}
 	if _, err := os.Stat(c.DataDir); !os.IsNotExist(err) {
 		t.Fatal("DataDir survived Destroy")
+	}
+}
+
+// assertNothingRuns checks /proc for any process at all whose cmdline names the DataDir
+// (Postgres's children included), and any of the stack's programs that names it in its
+// environment (the CCM).
+func assertNothingRuns(t *testing.T, p *Provider, c *Cluster) {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		argv, err := processrunner.Cmdline(atoi(e.Name()))
+		if err == nil && strings.Contains(strings.Join(argv, " "), c.DataDir) {
+			t.Errorf("pid %s survived: %v", e.Name(), argv)
+		}
+	}
+	if ids, _ := processrunner.FindByMarker(c.DataDir+"/", p.RequiredBinaries()); len(ids) != 0 {
+		t.Errorf("survived: %v", ids)
 	}
 }
 
@@ -321,7 +336,7 @@ func TestTheGuardRefusesAnotherClustersDatastore(t *testing.T) {
 	if slices.ContainsFunc(ev.phase("starting"), procgroup.Component.IsControlPlane) {
 		t.Fatal("a control-plane component started on a foreign datastore")
 	}
-	ids, _ := processrunner.FindByCmdline(c.DataDir+"/", p.RequiredBinaries())
+	ids, _ := processrunner.FindByMarker(c.DataDir+"/", p.RequiredBinaries())
 	if len(ids) != 0 {
 		t.Fatalf("processes left after the refusal: %v", ids)
 	}

@@ -38,6 +38,11 @@ type Config struct {
 	Log io.Writer
 	// OnEvent, when set, is told of each step's progress.
 	OnEvent func(cluster string, e procgroup.Event)
+	// The cloud controller manager's node policy for every cluster; zero values take the
+	// CCM's defaults (no quota, 110 pods per node, a 5 s resync).
+	MaxNodes    int
+	PodsPerNode int
+	NodeResync  time.Duration
 }
 
 // InstallHint is what a missing binary's error tells the operator to run.
@@ -98,6 +103,7 @@ func (p *Provider) RequiredBinaries() []string {
 		filepath.Join(p.cfg.BinDir, "kube-apiserver"),
 		filepath.Join(p.cfg.BinDir, "kube-controller-manager"),
 		filepath.Join(p.cfg.BinDir, "kube-scheduler"),
+		filepath.Join(p.cfg.BinDir, clusterstack.CloudControllerManagerBinary),
 	}
 }
 
@@ -128,6 +134,7 @@ type Cluster struct {
 	logs    []io.Closer
 	mu      sync.Mutex
 	stopped bool
+	snapMu  sync.Mutex // serialises edits of nodes.json
 }
 
 // Group is the cluster's process group.
@@ -163,6 +170,7 @@ func (p *Provider) up(ctx context.Context, name string, port int) (*Cluster, err
 	s := clusterstack.Spec{
 		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin,
 		APIServerPort: port,
+		MaxNodes:      p.cfg.MaxNodes, PodsPerNode: p.cfg.PodsPerNode, NodeResync: p.cfg.NodeResync,
 	}
 	l := s.Layout()
 	fresh := !exists(l.Root)

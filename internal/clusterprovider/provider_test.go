@@ -69,7 +69,7 @@ func TestValidateName(t *testing.T) {
 // before anything starts.
 func fakeBinaries(t *testing.T) (bin, pg string) {
 	bin, pg = t.TempDir(), t.TempDir()
-	for _, n := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+	for _, n := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", clusterstack.CloudControllerManagerBinary} {
 		os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\nexit 99\n"), 0o755)
 	}
 	for _, n := range []string{"initdb", "postgres"} {
@@ -96,7 +96,7 @@ func assertNothingLeft(t *testing.T, p *Provider, name string) {
 	if _, err := os.Stat(p.DataDir(name)); !os.IsNotExist(err) {
 		t.Errorf("DataDir %s exists after a refused bring-up", p.DataDir(name))
 	}
-	ids, _ := processrunner.FindByCmdline(p.DataDir(name)+"/", p.RequiredBinaries())
+	ids, _ := processrunner.FindByMarker(p.DataDir(name)+"/", p.RequiredBinaries())
 	if len(ids) != 0 {
 		t.Errorf("processes left: %v", ids)
 	}
@@ -104,19 +104,21 @@ func assertNothingLeft(t *testing.T, p *Provider, name string) {
 
 func TestBadInputChangesNothing(t *testing.T) {
 	bin, pg := fakeBinaries(t)
-	t.Run("missing binary", func(t *testing.T) {
-		os.Remove(filepath.Join(bin, "kube-scheduler"))
-		defer os.WriteFile(filepath.Join(bin, "kube-scheduler"), []byte("#!/bin/sh\nexit 99\n"), 0o755)
-		p, err := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = p.Up(context.Background(), "demo")
-		if !errors.Is(err, ErrMissingBinary) || !strings.Contains(err.Error(), "kube-scheduler") || !strings.Contains(err.Error(), InstallHint) {
-			t.Fatalf("Up = %v, want ErrMissingBinary naming kube-scheduler and %s", err, InstallHint)
-		}
-		assertNothingLeft(t, p, "demo")
-	})
+	for _, missing := range []string{"kube-scheduler", clusterstack.CloudControllerManagerBinary} {
+		t.Run("missing "+missing, func(t *testing.T) {
+			os.Remove(filepath.Join(bin, missing))
+			defer os.WriteFile(filepath.Join(bin, missing), []byte("#!/bin/sh\nexit 99\n"), 0o755)
+			p, err := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = p.Up(context.Background(), "demo")
+			if !errors.Is(err, ErrMissingBinary) || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), InstallHint) {
+				t.Fatalf("Up = %v, want ErrMissingBinary naming %s and %s", err, missing, InstallHint)
+			}
+			assertNothingLeft(t, p, "demo")
+		})
+	}
 	t.Run("no free port", func(t *testing.T) {
 		rng := freePortRange(t)
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(rng.First))
@@ -232,7 +234,8 @@ func TestNoBuilderPutsASecretOnArgv(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := secretsOf(t, s.Layout())
-	for _, argv := range [][]string{s.InitdbArgv(), s.PostgresArgv(), s.KineArgv(), s.APIServerArgv(), s.ControllerManagerArgv(), s.SchedulerArgv(), s.ServerArgv()} {
+	// The CCM's environment too: it carries file paths, never their contents.
+	for _, argv := range [][]string{s.InitdbArgv(), s.PostgresArgv(), s.KineArgv(), s.APIServerArgv(), s.ControllerManagerArgv(), s.SchedulerArgv(), s.ServerArgv(), s.CloudControllerManagerArgv(), s.CloudControllerManagerEnv()} {
 		joined := strings.Join(argv, " ")
 		for _, sec := range secrets {
 			if strings.Contains(joined, sec) {

@@ -2,6 +2,7 @@ package clusterprovider
 
 import (
 	"context"
+	"reflect"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,21 +12,70 @@ import (
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
+var managedBy = map[string]string{"app.kubernetes.io/managed-by": "socialweb-clusterprovider"}
+
 // bootstrapTenantRBAC binds the tenant's group to cluster-admin. It is a binding, so the
 // operator can revoke it; the tenant's certificate carries no system:masters.
 func bootstrapTenantRBAC(client kubernetes.Interface) procgroup.Gate {
+	return applyRBAC(client, "bind the tenant to cluster-admin", nil, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: TenantAdminsCRB, Labels: managedBy},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: TenantAdminsGroup}},
+	})
+}
+
+// CloudControllerManagerRules are all the CCM may do: the cloud-node controller reads,
+// updates and patches Nodes and their status, the lifecycle controller deletes Nodes whose
+// guest is gone, and both record Events. No Secrets, no Pods, no Leases (it elects no
+// leader: one CCM per cluster, supervised by its group).
+var CloudControllerManagerRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}},
+	{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch", "update"}},
+	{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+}
+
+// bootstrapCCMRBAC gives the CCM's identity exactly CloudControllerManagerRules.
+func bootstrapCCMRBAC(client kubernetes.Interface) procgroup.Gate {
+	name := CloudControllerManagerUser
+	return applyRBAC(client, "grant the cloud controller manager its role",
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedBy}, Rules: CloudControllerManagerRules},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedBy},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: CloudControllerManagerUser}},
+		})
+}
+
+// applyRBAC creates role (when given) and binding, or brings existing ones back to what
+// they say, so a restart repairs an edited role rather than keeping a wider one.
+func applyRBAC(client kubernetes.Interface, what string, role *rbacv1.ClusterRole, binding *rbacv1.ClusterRoleBinding) procgroup.Gate {
 	return func(ctx context.Context) error {
-		return poll(ctx, "bind the tenant to cluster-admin", func(ctx context.Context) (bool, error) {
-			crb := &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: TenantAdminsCRB, Labels: map[string]string{"app.kubernetes.io/managed-by": "socialweb-clusterprovider"}},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-				Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: TenantAdminsGroup}},
+		return poll(ctx, what, func(ctx context.Context) (bool, error) {
+			if role != nil {
+				roles := client.RbacV1().ClusterRoles()
+				cur, err := roles.Get(ctx, role.Name, metav1.GetOptions{})
+				switch {
+				case apierrors.IsNotFound(err):
+					_, err = roles.Create(ctx, role, metav1.CreateOptions{})
+				case err == nil && !reflect.DeepEqual(cur.Rules, role.Rules):
+					cur.Rules = role.Rules
+					_, err = roles.Update(ctx, cur, metav1.UpdateOptions{})
+				}
+				if err != nil {
+					return false, err
+				}
 			}
-			_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
-			if err == nil || apierrors.IsAlreadyExists(err) {
-				return true, nil
+			bindings := client.RbacV1().ClusterRoleBindings()
+			cur, err := bindings.Get(ctx, binding.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				_, err = bindings.Create(ctx, binding, metav1.CreateOptions{})
+			case err == nil && !reflect.DeepEqual(cur.Subjects, binding.Subjects):
+				// The role a binding names cannot change; its subjects can.
+				cur.Subjects = binding.Subjects
+				_, err = bindings.Update(ctx, cur, metav1.UpdateOptions{})
 			}
-			return false, err
+			return err == nil, err
 		})
 	}
 }

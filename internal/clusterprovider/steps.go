@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/processrunner"
 	"socialweb.computer/kcp/internal/procgroup"
@@ -22,6 +23,7 @@ const (
 	kineReady      = 30 * time.Second
 	apiserverReady = 90 * time.Second
 	controlsReady  = 60 * time.Second
+	ccmReady       = 30 * time.Second
 )
 
 // StepInput is what StepsFor needs of one cluster.
@@ -34,7 +36,7 @@ type StepInput struct {
 }
 
 // StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
-// guard), then the control plane. Every step has its gate.
+// guard), the control plane, then the cloud controller manager. Every step has its gate.
 func StepsFor(in StepInput) ([]procgroup.Step, error) {
 	s := in.Spec
 	l := s.Layout()
@@ -116,6 +118,27 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		}
 		steps = append(steps, step)
 	}
+
+	// The CCM comes after the control plane (seed D1): its credential, its RBAC and the
+	// instance snapshot exist before it starts (D3, D4, invariant 10); its environment is
+	// its whole configuration, its argv the binary alone.
+	ccm, err := spec(procgroup.ComponentCloudControllerManager)
+	if err != nil {
+		return nil, err
+	}
+	ccm.Env = s.CloudControllerManagerEnv()
+	ready := newLineGate(contract.ReadyLine(s.Name), ccm.Output)
+	ccm.Output = ready
+	steps = append(steps, procgroup.Step{
+		Name: procgroup.ComponentCloudControllerManager,
+		Spec: ccm,
+		Prepare: all(
+			bootstrapCCMRBAC(in.Admin),
+			func(context.Context) error { return ensureSnapshot(s) },
+		),
+		Ready:        ready.wait,
+		ReadyTimeout: ccmReady,
+	})
 	if err := CheckGuardSeam(steps); err != nil {
 		return nil, err
 	}

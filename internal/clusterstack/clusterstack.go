@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"time"
 
 	"socialweb.computer/kcp/internal/procgroup"
 )
@@ -23,6 +24,10 @@ type Spec struct {
 	ServiceCIDR   string // the tenant's service range; "" means DefaultServiceCIDR
 	// K3sBinary, when set, selects the k3s flavour of the control plane.
 	K3sBinary string
+	// The cloud controller manager's node policy; zero values take the CCM's defaults.
+	MaxNodes    int           // at most this many Nodes are initialized; 0 is no quota
+	PodsPerNode int           // published on each Node the CCM initializes
+	NodeResync  time.Duration // how often Nodes are re-checked against nodes.json
 }
 
 // DefaultServiceCIDR is the tenant clusters' service range. It is a setting inside each
@@ -65,6 +70,8 @@ func (s Spec) Argv(c procgroup.Component) ([]string, error) {
 		return s.ControllerManagerArgv(), nil
 	case procgroup.ComponentScheduler:
 		return s.SchedulerArgv(), nil
+	case procgroup.ComponentCloudControllerManager:
+		return s.CloudControllerManagerArgv(), nil
 	}
 	return nil, fmt.Errorf("clusterstack: no argv builder for %s", c)
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"socialweb.computer/kcp/internal/procgroup"
 )
@@ -66,7 +67,8 @@ func TestArgvIsDeterministic(t *testing.T) {
 
 func TestEveryPathIsUnderTheDataDir(t *testing.T) {
 	s := spec()
-	for _, argv := range [][]string{s.InitdbArgv(), s.PostgresArgv(), s.KineArgv(), s.APIServerArgv(), s.ControllerManagerArgv(), s.SchedulerArgv()} {
+	withEnv := func(argv []string, env []string) []string { return append(append([]string{}, argv...), env...) }
+	for _, argv := range [][]string{s.InitdbArgv(), s.PostgresArgv(), withEnv(s.KineArgv(), s.KineEnv()), s.APIServerArgv(), s.ControllerManagerArgv(), s.SchedulerArgv(), withEnv(s.CloudControllerManagerArgv(), s.CloudControllerManagerEnv())} {
 		for _, a := range argv[1:] {
 			_, v, _ := strings.Cut(a, "=")
 			if strings.HasPrefix(v, "/") && !strings.HasPrefix(v, s.DataDir+"/") {
@@ -101,7 +103,7 @@ func TestK3sFlavour(t *testing.T) {
 
 func TestArgvDispatch(t *testing.T) {
 	s := spec()
-	for _, c := range []procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine, procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler} {
+	for _, c := range []procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine, procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler, procgroup.ComponentCloudControllerManager} {
 		argv, err := s.Argv(c)
 		if err != nil || len(argv) == 0 {
 			t.Errorf("Argv(%s) = %v, %v", c, argv, err)
@@ -109,5 +111,28 @@ func TestArgvDispatch(t *testing.T) {
 	}
 	if _, err := s.Argv(procgroup.ComponentOpenBao); err == nil {
 		t.Error("Argv(openbao) has no builder and must say so")
+	}
+}
+
+// The CCM's argv is the binary alone; its configuration is its environment (seed 0003).
+func TestTheCCMIsConfiguredByItsEnvironmentOnly(t *testing.T) {
+	s := spec()
+	if argv := s.CloudControllerManagerArgv(); !slices.Equal(argv, []string{"/opt/bin/socialweb-cloud-controller-manager"}) {
+		t.Fatalf("CCM argv %v, want the binary alone", argv)
+	}
+	want := []string{
+		"SOCIALWEB_CLOUDCONTROLLERMANAGER_TENANT_KUBECONFIG=/var/lib/socialweb-kcp/clusters/demo/cloud-controller-manager.kubeconfig",
+		"SOCIALWEB_CLOUDCONTROLLERMANAGER_CLUSTER=demo",
+		"SOCIALWEB_CLOUDCONTROLLERMANAGER_INSTANCES_FILE=/var/lib/socialweb-kcp/clusters/demo/nodes.json",
+	}
+	if got := s.CloudControllerManagerEnv(); !slices.Equal(got, want) {
+		t.Fatalf("CCM env %v, want %v", got, want)
+	}
+	s.MaxNodes, s.PodsPerNode, s.NodeResync = 5, 20, 2*time.Second
+	got := s.CloudControllerManagerEnv()
+	for _, kv := range []string{"SOCIALWEB_CLOUDCONTROLLERMANAGER_MAX_NODES=5", "SOCIALWEB_CLOUDCONTROLLERMANAGER_PODS_PER_NODE=20", "SOCIALWEB_CLOUDCONTROLLERMANAGER_RESYNC=2s"} {
+		if !slices.Contains(got, kv) {
+			t.Errorf("CCM env %v lacks %s", got, kv)
+		}
 	}
 }

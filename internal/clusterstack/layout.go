@@ -51,6 +51,13 @@ func (l Layout) AdminKubeconfig() string             { return l.path("admin.kube
 func (l Layout) ControllerManagerKubeconfig() string { return l.path("controller-manager.kubeconfig") }
 func (l Layout) SchedulerKubeconfig() string         { return l.path("scheduler.kubeconfig") }
 func (l Layout) TenantKubeconfig() string            { return l.path("tenant.kubeconfig") }
+func (l Layout) CloudControllerManagerKubeconfig() string {
+	return l.path("cloud-controller-manager.kubeconfig")
+}
+
+// NodesFile is the instance snapshot: the guests behind the cluster's Nodes. Only the
+// provider writes it (invariant 10); the CCM reads it.
+func (l Layout) NodesFile() string { return l.path("nodes.json") }
 
 // Log is the log file of one component.
 func (l Layout) Log(component string) string { return l.path("logs", component+".log") }

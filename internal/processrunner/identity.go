@@ -124,11 +124,12 @@ func waitGone(id Identity, d time.Duration) bool {
 	}
 }
 
-// FindByCmdline lists the live processes that run one of programs (absolute paths, as
-// argv[0]) with an argument mentioning marker (for instance a cluster's DataDir): the
-// backstop for processes no record names. An operator's "tail -f <DataDir>/logs/..." runs
-// no such program and is never matched.
-func FindByCmdline(marker string, programs []string) ([]Identity, error) {
+// FindByMarker lists the live processes that run one of programs (absolute paths, as
+// argv[0]) with an argument or an environment value mentioning marker (for instance a
+// cluster's DataDir): the backstop for processes no record names. The environment counts
+// because a component configured only by its environment (the CCM) has no DataDir on argv.
+// An operator's "tail -f <DataDir>/logs/..." runs no such program and is never matched.
+func FindByMarker(marker string, programs []string) ([]Identity, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
@@ -141,12 +142,17 @@ func FindByCmdline(marker string, programs []string) ([]Identity, error) {
 			continue
 		}
 		id, err := IdentityOf(pid)
-		if err != nil || isZombie(pid) {
+		if err != nil || isZombie(pid) || len(id.Cmdline) == 0 || !slices.Contains(programs, id.Cmdline[0]) {
 			continue
 		}
-		if len(id.Cmdline) > 1 && slices.Contains(programs, id.Cmdline[0]) && strings.Contains(strings.Join(id.Cmdline[1:], " "), marker) {
+		if strings.Contains(strings.Join(id.Cmdline[1:], " "), marker) || environMentions(pid, marker) {
 			out = append(out, id)
 		}
 	}
 	return out, nil
+}
+
+func environMentions(pid int, marker string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && bytes.Contains(b, []byte(marker))
 }

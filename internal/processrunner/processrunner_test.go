@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/user"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,7 +133,7 @@ func TestIdentityTellsAReusedPidApart(t *testing.T) {
 	}
 }
 
-func TestFindByCmdlineMatchesOnlyOurPrograms(t *testing.T) {
+func TestFindByMarkerMatchesOnlyOurPrograms(t *testing.T) {
 	marker := "/tmp/socialweb-marker-" + t.Name() + "/"
 	ours, err := Start(Spec{Argv: []string{"/bin/sh", "-c", "sleep 300", marker}})
 	if err != nil {
@@ -144,11 +145,24 @@ func TestFindByCmdlineMatchesOnlyOurPrograms(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer foreign.Stop(time.Second)
-	ids, err := FindByCmdline(marker, []string{"/bin/sh"})
+	// A component configured only by its environment (the CCM) is found by it.
+	byEnv, err := Start(Spec{Argv: []string{"/bin/sh", "-c", "sleep 300; true"}, Env: []string{"SOME_FILE=" + marker + "nodes.json"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != 1 || ids[0].Pid != ours.Pid() {
-		t.Fatalf("found %+v, want only pid %d", ids, ours.Pid())
+	defer byEnv.Stop(time.Second)
+	ids, err := FindByMarker(marker, []string{"/bin/sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, id := range ids {
+		pids = append(pids, id.Pid)
+	}
+	slices.Sort(pids)
+	want := []int{ours.Pid(), byEnv.Pid()}
+	slices.Sort(want)
+	if !slices.Equal(pids, want) {
+		t.Fatalf("found pids %v, want %v (ours by argv and by environment, not the foreign program)", pids, want)
 	}
 }

@@ -360,7 +360,7 @@ func ReapSurvivors(opts Options) (int, error) {
 		}
 	}
 	if opts.Marker != "" {
-		ids, err := processrunner.FindByCmdline(opts.Marker, opts.Programs)
+		ids, err := processrunner.FindByMarker(opts.Marker, opts.Programs)
 		if err != nil {
 			errs = append(errs, err)
 		}

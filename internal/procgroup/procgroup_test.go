@@ -167,15 +167,16 @@ func TestStepsOutOfOrderAreRefused(t *testing.T) {
 
 func TestTheCCMIsReapedBeforeTheControlPlane(t *testing.T) {
 	r := &recorder{}
-	steps := []Step{sleeper(ComponentPostgres), sleeper(ComponentKine), sleeper(ComponentAPIServer), sleeper(ComponentCloudControllerManager)}
+	steps := []Step{sleeper(ComponentPostgres), sleeper(ComponentKine), sleeper(ComponentAPIServer), sleeper(ComponentControllerManager), sleeper(ComponentScheduler), sleeper(ComponentCloudControllerManager)}
 	g, err := Spawn(context.Background(), opts(t, r), steps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.Reap()
-	stops := r.phase("stopping")
-	if stops[0] != ComponentCloudControllerManager || slices.Index(stops, ComponentCloudControllerManager) > slices.Index(stops, ComponentAPIServer) {
-		t.Fatalf("stop order %v: the CCM must stop before the apiserver", stops)
+	// A CCM that outlived its apiserver would loop on connection errors through every teardown.
+	want := []Component{ComponentCloudControllerManager, ComponentScheduler, ComponentControllerManager, ComponentAPIServer, ComponentKine, ComponentPostgres}
+	if stops := r.phase("stopping"); !slices.Equal(stops, want) {
+		t.Fatalf("stop order %v, want %v", stops, want)
 	}
 }
 
