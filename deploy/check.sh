@@ -10,6 +10,11 @@ cd "$root"
 
 step() { printf '\n== %s\n' "$*"; }
 
+# The same build flags as deploy/install-components.sh, so the k8s.io packages the tests,
+# vet and the Kubernetes builds share are compiled once into the Go build cache.
+export CGO_ENABLED=0
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
+
 step "build"
 go build ./...
 step "vet"

@@ -106,7 +106,7 @@ build_module kwok "$KWOK_MODULE" "$KWOK_VERSION" ./cmd/kwok 0 "-X sigs.k8s.io/kw
 # the k8s.io packages they share come from the build cache.
 for cmd in socialweb-cloud-controller-manager socialweb-clusterprovider; do
   t=$(now)
-  (cd "$root" && CGO_ENABLED=0 go build -trimpath -o "$bin/$cmd.tmp" "./cmd/$cmd")
+  (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/$cmd.tmp" "./cmd/$cmd")
   mv "$bin/$cmd.tmp" "$bin/$cmd"
   say "$cmd: built in $(took "$t")"
 done

@@ -64,7 +64,7 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Kubeconfig != "" {
 		if err := RefuseAdminByName(c.Kubeconfig); err != nil {
-			bad(contract.EnvTenantKubeconfig, "%v", err)
+			errs = append(errs, fmt.Errorf("%s: %w", contract.EnvTenantKubeconfig, err))
 		}
 	}
 	intVar := func(name string, dst *int, min int) {
