@@ -7,6 +7,10 @@ import (
 	"net"
 	"os"
 
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/internal/atomicfile"
@@ -25,6 +29,8 @@ const (
 	// CloudControllerManagerUser is the CCM's own identity, bounded by the ClusterRole of
 	// the same name (rbac.go): Nodes and Events, nothing else (seed D3, invariant 20).
 	CloudControllerManagerUser = "socialweb:cloud-controller-manager"
+	// KwokUser simulates the guests' kubelets: Nodes' status, their Pods, their leases.
+	KwokUser = "socialweb:kwok"
 )
 
 // EnsureCredentials mints whatever of the cluster's credentials is missing, so a restart
@@ -76,6 +82,7 @@ func EnsureCredentials(s clusterstack.Spec, sans []string) error {
 		{l.SchedulerKubeconfig(), pki.Leaf{CommonName: "system:kube-scheduler"}},
 		{l.TenantKubeconfig(), pki.Leaf{CommonName: TenantAdminUser, Organization: []string{TenantAdminsGroup}}},
 		{l.CloudControllerManagerKubeconfig(), pki.Leaf{CommonName: CloudControllerManagerUser}},
+		{l.KwokKubeconfig(), pki.Leaf{CommonName: KwokUser}},
 	}
 	for _, k := range kubeconfigs {
 		if err := ensureKubeconfig(s, ca, k.path, k.leaf); err != nil {
@@ -206,4 +213,29 @@ func kubeconfigServer(b []byte) string {
 		return c.Server
 	}
 	return ""
+}
+
+// nodeClient is a client of the cluster's apiserver that authenticates as the Node name
+// itself, system:node:<name> in system:nodes, as the guest's kubelet would: the Node
+// authorizer and NodeRestriction bound it. Its key lives in memory only.
+func nodeClient(s clusterstack.Spec, name string) (kubernetes.Interface, error) {
+	l := s.Layout()
+	certPEM, err := os.ReadFile(l.CACert())
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(l.CAKey())
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := ca.Issue(pki.Leaf{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}})
+	if err != nil {
+		return nil, err
+	}
+	cfg := &rest.Config{Host: s.URL(), Timeout: 10 * time.Second, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM, CertData: cert, KeyData: key}}
+	return kubernetes.NewForConfig(cfg)
 }

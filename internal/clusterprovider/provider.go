@@ -104,6 +104,7 @@ func (p *Provider) RequiredBinaries() []string {
 		filepath.Join(p.cfg.BinDir, "kube-controller-manager"),
 		filepath.Join(p.cfg.BinDir, "kube-scheduler"),
 		filepath.Join(p.cfg.BinDir, clusterstack.CloudControllerManagerBinary),
+		filepath.Join(p.cfg.BinDir, "kwok"),
 	}
 }
 
@@ -135,6 +136,10 @@ type Cluster struct {
 	mu      sync.Mutex
 	stopped bool
 	snapMu  sync.Mutex // serialises edits of nodes.json
+	admin   kubernetes.Interface
+
+	nodesMu sync.Mutex
+	nodes   *procgroup.Group // the node group (kwok), started with the first simulated guest
 }
 
 // Group is the cluster's process group.
@@ -191,11 +196,16 @@ func (p *Provider) up(ctx context.Context, name string, port int) (*Cluster, err
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: s.URL(), TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p}
+	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: s.URL(), TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin}
 	steps, err := StepsFor(StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter})
 	if err != nil {
 		c.closeLogs()
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	// A node group an earlier run left (kwok) goes first: it depends on the control plane.
+	if _, err := procgroup.ReapSurvivors(p.nodeGroupOptions(s)); err != nil {
+		c.closeLogs()
+		return nil, fmt.Errorf("cluster %s: reap the node group's survivors: %w", name, err)
 	}
 	g, err := procgroup.Spawn(ctx, p.groupOptions(s), steps)
 	if err != nil {
@@ -204,7 +214,24 @@ func (p *Provider) up(ctx context.Context, name string, port int) (*Cluster, err
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
 	c.group = g
+	// Simulated guests listed from an earlier run get their kubelets back.
+	if list, err := c.Instances(); err == nil && len(list) > 0 {
+		if err := c.startNodeGroup(ctx); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// nodeGroupOptions are the node group's: its own record directory and only kwok for the
+// backstop, so that starting kwok never reaps the running control plane. (The control
+// plane's own Spawn does reap a kwok an earlier run left: kwok is among its Programs.)
+func (p *Provider) nodeGroupOptions(s clusterstack.Spec) procgroup.Options {
+	o := p.groupOptions(s)
+	o.RecordDir = s.Layout().NodeRunDir()
+	o.Programs = []string{s.Bin("kwok")}
+	return o
 }
 
 func (p *Provider) groupOptions(s clusterstack.Spec) procgroup.Options {
@@ -229,7 +256,7 @@ func (p *Provider) makeDataDir(s clusterstack.Spec) error {
 	if err := ensureDir(l.Root, 0o710, gid); err != nil {
 		return err
 	}
-	for _, d := range []string{l.PKIDir(), l.RunDir(), l.LogDir()} {
+	for _, d := range []string{l.PKIDir(), l.RunDir(), l.NodeRunDir(), l.LogDir()} {
 		if err := ensureDir(d, 0o700, -1); err != nil {
 			return err
 		}
@@ -287,7 +314,15 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	c.mu.Unlock()
-	err := c.group.Reap()
+	// The node group first: kwok simulates kubelets of this apiserver.
+	c.nodesMu.Lock()
+	nodes := c.nodes
+	c.nodesMu.Unlock()
+	var err error
+	if nodes != nil {
+		err = nodes.Reap()
+	}
+	err = errors.Join(err, c.group.Reap())
 	c.closeLogs()
 	if rerr := removeStale(c.Spec.Layout().KineSocket()); rerr != nil {
 		err = errors.Join(err, rerr)

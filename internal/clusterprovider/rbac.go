@@ -36,14 +36,34 @@ var CloudControllerManagerRules = []rbacv1.PolicyRule{
 
 // bootstrapCCMRBAC gives the CCM's identity exactly CloudControllerManagerRules.
 func bootstrapCCMRBAC(client kubernetes.Interface) procgroup.Gate {
-	name := CloudControllerManagerUser
-	return applyRBAC(client, "grant the cloud controller manager its role",
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedBy}, Rules: CloudControllerManagerRules},
+	return bindUserToRules(client, "grant the cloud controller manager its role", CloudControllerManagerUser, CloudControllerManagerRules)
+}
+
+// bindUserToRules is a ClusterRole named for user with rules, bound to user alone.
+func bindUserToRules(client kubernetes.Interface, what, user string, rules []rbacv1.PolicyRule) procgroup.Gate {
+	return applyRBAC(client, what,
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user, Labels: managedBy}, Rules: rules},
 		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedBy},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: CloudControllerManagerUser}},
+			ObjectMeta: metav1.ObjectMeta{Name: user, Labels: managedBy},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 		})
+}
+
+// KwokRules are what kwok needs to play the guests' kubelets: report Nodes' status and
+// leases, run and finish their Pods, record Events. No Secrets, no ConfigMaps: kwok starts
+// no container, so it reads nothing a Pod mounts.
+var KwokRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"nodes/status", "pods/status"}, Verbs: []string{"update", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+}
+
+// bootstrapKwokRBAC gives kwok's identity exactly KwokRules.
+func bootstrapKwokRBAC(client kubernetes.Interface) procgroup.Gate {
+	return bindUserToRules(client, "grant kwok its role", KwokUser, KwokRules)
 }
 
 // applyRBAC creates role (when given) and binding, or brings existing ones back to what

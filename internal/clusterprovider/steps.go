@@ -51,7 +51,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		if err != nil {
 			return processrunner.Spec{}, err
 		}
-		return processrunner.Spec{Argv: argv, Dir: l.Root, Prefix: c.String(), Output: out(c)}, nil
+		return componentSpec(s, c, argv, out(c)), nil
 	}
 	var steps []procgroup.Step
 
@@ -143,6 +143,11 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		return nil, err
 	}
 	return steps, procgroup.Validate(steps)
+}
+
+// componentSpec runs a component of s from its DataDir, its output prefixed with its name.
+func componentSpec(s clusterstack.Spec, c procgroup.Component, argv []string, out io.Writer) processrunner.Spec {
+	return processrunner.Spec{Argv: argv, Dir: s.DataDir, Prefix: c.String(), Output: out}
 }
 
 // initdb creates the Postgres data directory on first start; an existing one is kept (the

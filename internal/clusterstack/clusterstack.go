@@ -72,6 +72,8 @@ func (s Spec) Argv(c procgroup.Component) ([]string, error) {
 		return s.SchedulerArgv(), nil
 	case procgroup.ComponentCloudControllerManager:
 		return s.CloudControllerManagerArgv(), nil
+	case procgroup.ComponentKwok:
+		return s.KwokArgv(), nil
 	}
 	return nil, fmt.Errorf("clusterstack: no argv builder for %s", c)
 }

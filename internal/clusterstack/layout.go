@@ -12,9 +12,10 @@ func (l Layout) path(p ...string) string { return filepath.Join(append([]string{
 
 // Directories.
 func (l Layout) PKIDir() string            { return l.path("pki") }
-func (l Layout) RunDir() string            { return l.path("run") }      // process records, kine socket
-func (l Layout) LogDir() string            { return l.path("logs") }     // one log per component
-func (l Layout) PostgresDir() string       { return l.path("postgres") } // owned by the postgres user
+func (l Layout) RunDir() string            { return l.path("run") }          // process records, kine socket
+func (l Layout) NodeRunDir() string        { return l.path("run", "nodes") } // the node group's records
+func (l Layout) LogDir() string            { return l.path("logs") }         // one log per component
+func (l Layout) PostgresDir() string       { return l.path("postgres") }     // owned by the postgres user
 func (l Layout) PostgresData() string      { return l.path("postgres", "data") }
 func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
 
@@ -54,6 +55,9 @@ func (l Layout) TenantKubeconfig() string            { return l.path("tenant.kub
 func (l Layout) CloudControllerManagerKubeconfig() string {
 	return l.path("cloud-controller-manager.kubeconfig")
 }
+
+func (l Layout) KwokKubeconfig() string { return l.path("kwok.kubeconfig") }
+func (l Layout) KwokConfig() string     { return l.path("kwok.yaml") }
 
 // NodesFile is the instance snapshot: the guests behind the cluster's Nodes. Only the
 // provider writes it (invariant 10); the CCM reads it.

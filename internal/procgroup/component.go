@@ -22,6 +22,9 @@ const (
 	// ComponentCloudControllerManager comes after the control plane (seed D1): useless
 	// without an apiserver, and placing it before would move the guard seam.
 	ComponentCloudControllerManager
+	// ComponentKwok simulates the guests' kubelets. It runs in the cluster's node group,
+	// started with the first simulated guest and reaped before the control plane.
+	ComponentKwok
 )
 
 var names = map[Component]string{
@@ -33,6 +36,7 @@ var names = map[Component]string{
 	ComponentControllerManager:      "kube-controller-manager",
 	ComponentScheduler:              "kube-scheduler",
 	ComponentCloudControllerManager: "cloud-controller-manager",
+	ComponentKwok:                   "kwok",
 }
 
 func (c Component) String() string {

@@ -1,0 +1,190 @@
+package clusterprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"socialweb.computer/kcp/internal/atomicfile"
+	"socialweb.computer/kcp/internal/cloudprovider/contract"
+	"socialweb.computer/kcp/internal/instancesnapshot"
+	"socialweb.computer/kcp/internal/nodeprovider"
+	"socialweb.computer/kcp/internal/procgroup"
+)
+
+// Guests is what the provider needs of a node provider, for one cluster: create a guest,
+// delete it, list what exists. Each returns an error rather than an empty answer when it
+// fails (invariant 14).
+type Guests interface {
+	Create(ctx context.Context, g nodeprovider.Guest) error
+	Delete(ctx context.Context, g nodeprovider.Guest) error
+	List(ctx context.Context) ([]nodeprovider.Guest, error)
+}
+
+// snapshot is the half of a Cluster that edits nodes.json.
+type snapshot interface {
+	PutInstance(instancesnapshot.Instance) error
+	RemoveInstance(name string) error
+}
+
+// instanceOf is the nodes.json record of a freshly created guest.
+func instanceOf(g nodeprovider.Guest) instancesnapshot.Instance {
+	return instancesnapshot.Instance{Cluster: g.Cluster, Name: g.Name, NodeID: g.NodeID, State: instancesnapshot.StateRunning,
+		Addresses: []instancesnapshot.Address{{Type: "Hostname", Address: g.Name}}}
+}
+
+// addGuest lists g in nodes.json before it creates it (invariant 10), so the CCM never
+// sees its Node unlisted; a creation that fails is unlisted again.
+func addGuest(ctx context.Context, snap snapshot, guests Guests, g nodeprovider.Guest) error {
+	if err := snap.PutInstance(instanceOf(g)); err != nil {
+		return fmt.Errorf("node %s: list it in nodes.json: %w", g.Name, err)
+	}
+	if err := guests.Create(ctx, g); err != nil {
+		if uerr := snap.RemoveInstance(g.Name); uerr != nil {
+			return fmt.Errorf("node %s: %w; and unlisting it failed, so its entry stays: %v", g.Name, err, uerr)
+		}
+		return fmt.Errorf("node %s: %w", g.Name, err)
+	}
+	return nil
+}
+
+// removeGuest drains g's Node, deletes the guest, and only once the guest is gone removes
+// it from nodes.json, which is what lets the CCM delete the Node. A failed drain or delete
+// leaves the entry: the guest may still run.
+func removeGuest(ctx context.Context, snap snapshot, guests Guests, drain func(context.Context) error, g nodeprovider.Guest) error {
+	if err := drain(ctx); err != nil {
+		return fmt.Errorf("node %s: drain: %w", g.Name, err)
+	}
+	if err := guests.Delete(ctx, g); err != nil {
+		return fmt.Errorf("node %s: delete its guest (it stays in nodes.json): %w", g.Name, err)
+	}
+	if err := snap.RemoveInstance(g.Name); err != nil {
+		return fmt.Errorf("node %s: unlist it from nodes.json: %w", g.Name, err)
+	}
+	return nil
+}
+
+// Guests is the cluster's node provider: simulated kwok guests, the default on one machine.
+func (c *Cluster) Guests() Guests {
+	return &nodeprovider.Kwok{
+		Cluster: c.Name, PodsPerNode: c.podsPerNode(), Reader: c.admin,
+		NodeClient: func(name string) (kubernetes.Interface, error) { return nodeClient(c.Spec, name) },
+		Start:      c.startNodeGroup,
+	}
+}
+
+func (c *Cluster) podsPerNode() int {
+	if c.Spec.PodsPerNode > 0 {
+		return c.Spec.PodsPerNode
+	}
+	return DefaultPodsPerNode
+}
+
+// DefaultPodsPerNode is the CCM's default, the kubelet's maxPods.
+const DefaultPodsPerNode = 110
+
+// AddNode adds the guest nodeID to the cluster and, unless ctx ends first, waits until its
+// Node is Ready and initialized by the CCM.
+func (c *Cluster) AddNode(ctx context.Context, nodeID string) (nodeprovider.Guest, error) {
+	g, err := nodeprovider.NewGuest(c.Name, nodeID)
+	if err != nil {
+		return g, err
+	}
+	if err := addGuest(ctx, c, c.Guests(), g); err != nil {
+		return g, err
+	}
+	return g, poll(ctx, "node "+g.Name+" Ready and initialized", func(ctx context.Context) (bool, error) {
+		n, err := c.admin.CoreV1().Nodes().Get(ctx, g.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return NodeReady(n) && n.Spec.ProviderID == contract.ProviderID(c.Name, n.Name), nil
+	})
+}
+
+// RemoveNode drains the guest nodeID's Node, deletes the guest, unlists it, and waits
+// until the CCM has deleted its Node.
+func (c *Cluster) RemoveNode(ctx context.Context, nodeID string) error {
+	g, err := nodeprovider.NewGuest(c.Name, nodeID)
+	if err != nil {
+		return err
+	}
+	guests := c.Guests()
+	drain := func(ctx context.Context) error { return c.drain(ctx, g.Name) }
+	if err := removeGuest(ctx, c, guests, drain, g); err != nil {
+		return err
+	}
+	nc, err := nodeClient(c.Spec, g.Name)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, "node "+g.Name+" deleted by the CCM", func(ctx context.Context) (bool, error) {
+		n, err := c.admin.CoreV1().Nodes().Get(ctx, g.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if NodeReady(n) { // a heartbeat kwok had in flight when it let the Node go
+			return false, nodeprovider.MarkGone(ctx, nc, g.Name)
+		}
+		return false, errors.New("still there, NotReady")
+	})
+}
+
+// NodeReady reports whether n's Ready condition is True and the CCM's taint is gone.
+func NodeReady(n *corev1.Node) bool {
+	if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodeprovider.UninitializedTaint }) {
+		return false
+	}
+	return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	})
+}
+
+// kwokReady is how kwok says its node controller watches (its log is JSON lines).
+const kwokReady = `"msg":"Watch nodes"`
+
+// startNodeGroup starts the cluster's kwok, once: a group of its own, so a cluster without
+// simulated guests runs none, reaped by Stop before the control plane.
+func (c *Cluster) startNodeGroup(ctx context.Context) error {
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
+	if c.nodes != nil {
+		return nil
+	}
+	s := c.Spec
+	sp, err := s.Argv(procgroup.ComponentKwok)
+	if err != nil {
+		return err
+	}
+	ready := newLineGate(kwokReady, c.logWriter(procgroup.ComponentKwok))
+	step := procgroup.Step{
+		Name: procgroup.ComponentKwok,
+		Spec: componentSpec(s, procgroup.ComponentKwok, sp, ready),
+		Prepare: all(
+			bootstrapKwokRBAC(c.admin),
+			func(context.Context) error {
+				return atomicfile.WriteFile(s.Layout().KwokConfig(), nodeprovider.KwokConfig(), 0o600)
+			},
+		),
+		Ready:        ready.wait,
+		ReadyTimeout: kwokReadyTimeout,
+	}
+	g, err := procgroup.Spawn(ctx, c.p.nodeGroupOptions(s), []procgroup.Step{step})
+	if err != nil {
+		return fmt.Errorf("cluster %s: node group: %w", c.Name, err)
+	}
+	c.nodes = g
+	return nil
+}
+
+const kwokReadyTimeout = 30 * time.Second
