@@ -1,6 +1,9 @@
 // Command socialweb-clusterprovider hosts tenant Kubernetes control planes.
 //
-//	socialweb-clusterprovider up NAME [flags]   bring one cluster up; Ctrl-C reaps it
+//	socialweb-clusterprovider up NAME [flags]          bring one cluster up; Ctrl-C reaps it
+//	socialweb-clusterprovider nodes add NAME [COUNT]   add simulated nodes to a running cluster
+//	socialweb-clusterprovider nodes rm NAME ID...      drain and remove nodes
+//	socialweb-clusterprovider nodes ls NAME            list the cluster's guests
 //
 // Later verbs (serve, the front) grow beside "up".
 package main
@@ -11,9 +14,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,11 +29,14 @@ import (
 )
 
 const usage = `usage: socialweb-clusterprovider up NAME [flags]
+       socialweb-clusterprovider nodes add NAME [COUNT] | nodes rm NAME ID... | nodes ls NAME [--data-root DIR]
 
 Brings the tenant cluster NAME up (PostgreSQL, kine, kube-apiserver, kube-controller-manager,
 kube-scheduler, socialweb-cloud-controller-manager), prints where its kubeconfig is, and stays up until interrupted; then reaps
 every process in reverse order and releases its port. The cluster's data is kept in
-<data-root>/clusters/NAME unless --rm is given.
+<data-root>/clusters/NAME unless --rm is given. While it runs, "nodes" adds simulated nodes
+(kwok guests, each Ready and initialized by the CCM before it returns) and removes them
+(drained, guest deleted, Node deleted by the CCM), through the cluster's control socket.
 
 flags:
 `
@@ -53,15 +61,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "up":
 		return up(args[1:], stdout, stderr)
+	case "nodes":
+		return nodes(args[1:], stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q (want: up)", args[0])
+	return fmt.Errorf("unknown command %q (want: up, nodes)", args[0])
 }
 
 type options struct {
 	dataRoot, binDir, ports, sans string
 	verbose, rm                   bool
 	timeout                       time.Duration
-	maxNodes, podsPerNode         int
+	maxNodes, podsPerNode, nodes  int
 }
 
 func newFlags(out io.Writer) (*flag.FlagSet, *options) {
@@ -77,6 +87,7 @@ func newFlags(out io.Writer) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "bring-up deadline")
 	fs.IntVar(&o.maxNodes, "max-nodes", 0, "node quota: the CCM initializes at most this many Nodes (0: no quota)")
 	fs.IntVar(&o.podsPerNode, "pods-per-node", 0, "pods per node, published on each Node as node.socialweb.computer/pods-per-node (0: 110)")
+	fs.IntVar(&o.nodes, "nodes", 0, "simulated nodes to add once the cluster is Ready")
 	return fs, o
 }
 
@@ -102,6 +113,9 @@ func up(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.maxNodes < 0 {
 		return fmt.Errorf("--max-nodes: %d is negative; want 0 (no quota) or more", o.maxNodes)
+	}
+	if o.nodes < 0 || o.nodes > 100 {
+		return fmt.Errorf("--nodes: %d; want 0 to 100", o.nodes)
 	}
 	if o.podsPerNode < 0 {
 		return fmt.Errorf("--pods-per-node: %d is negative; want 0 (the default, 110) or more", o.podsPerNode)
@@ -138,6 +152,22 @@ func up(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "cluster %s is Ready in %.2fs at %s\n", name, time.Since(t0).Seconds(), c.URL)
+	stopControl, err := serveControl(c)
+	if err != nil {
+		return errors.Join(err, c.Stop())
+	}
+	defer stopControl()
+	if o.nodes > 0 {
+		list, _ := c.Instances()
+		for _, id := range clusterprovider.NextNodeIDs(list, o.nodes) {
+			t1 := time.Now()
+			g, err := c.AddNode(upCtx, id)
+			if err != nil {
+				return errors.Join(err, c.Stop())
+			}
+			fmt.Fprintf(stdout, "  node %-22s Ready  %6.2fs\n", g.Name, time.Since(t1).Seconds())
+		}
+	}
 	fmt.Fprintf(stdout, "tenant kubeconfig: %s\n", c.TenantKubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s get ns\n", c.TenantKubeconfig)
 	fmt.Fprintln(stdout, "press Ctrl-C to stop it")
@@ -160,6 +190,67 @@ func up(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "cluster %s stopped in %.2fs; nothing of it is running\n", name, time.Since(t1).Seconds())
 	return died
+}
+
+// nodes is "nodes add|rm|ls NAME ...": requests to the provider that runs NAME.
+func nodes(args []string, stdout, stderr io.Writer) error {
+	const use = "nodes add NAME [COUNT] | nodes rm NAME ID... | nodes ls NAME"
+	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataRoot := fs.String("data-root", envOr("SOCIALWEB_DATA_ROOT", "/var/lib/socialweb-kcp"), "the running provider's data root (env SOCIALWEB_DATA_ROOT)")
+	var pos []string
+	for len(args) > 0 { // positional arguments and flags in any order
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(pos) < 2 {
+		return fmt.Errorf("usage: %s", use)
+	}
+	verb, name := pos[0], pos[1]
+	hc, err := controlClient(*dataRoot, name)
+	if err != nil {
+		return err
+	}
+	var out []nodeView
+	switch verb {
+	case "ls":
+		out, err = call(hc, "GET", "/nodes")
+	case "add":
+		count := "1"
+		if len(pos) > 2 {
+			count = pos[2]
+		}
+		if n, cerr := strconv.Atoi(count); cerr != nil || n < 1 || n > 100 {
+			return fmt.Errorf("nodes add: COUNT %q: want a whole number from 1 to 100", count)
+		}
+		out, err = call(hc, "POST", "/nodes?count="+count)
+	case "rm":
+		if len(pos) < 3 {
+			return fmt.Errorf("nodes rm: give the node ids to remove, for example: nodes rm %s n1", name)
+		}
+		for _, id := range pos[2:] {
+			var one []nodeView
+			if one, err = call(hc, "DELETE", "/nodes/"+url.PathEscape(id)); err != nil {
+				break
+			}
+			out = append(out, one...)
+		}
+	default:
+		return fmt.Errorf("unknown nodes verb %q; usage: %s", verb, use)
+	}
+	for _, n := range out {
+		line := fmt.Sprintf("%-28s %-6s %s", n.Name, n.NodeID, n.State)
+		if n.Seconds > 0 {
+			line += fmt.Sprintf(" %.2fs", n.Seconds)
+		}
+		fmt.Fprintln(stdout, strings.TrimRight(line, " "))
+	}
+	return err
 }
 
 func envOr(key, def string) string {

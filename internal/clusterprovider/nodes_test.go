@@ -126,3 +126,13 @@ func TestAFailedDeleteOrDrainKeepsTheEntry(t *testing.T) {
 		}
 	}
 }
+
+func TestNextNodeIDsSkipsListedOnes(t *testing.T) {
+	listed := []instancesnapshot.Instance{{NodeID: "n1"}, {NodeID: "n3"}}
+	if got := NextNodeIDs(listed, 3); !slices.Equal(got, []string{"n2", "n4", "n5"}) {
+		t.Fatalf("NextNodeIDs = %v", got)
+	}
+	if got := NextNodeIDs(nil, 0); len(got) != 0 {
+		t.Fatalf("NextNodeIDs(0) = %v", got)
+	}
+}

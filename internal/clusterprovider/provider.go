@@ -79,9 +79,10 @@ func New(cfg Config) (*Provider, error) {
 func (p *Provider) Leases() *portallocator.Book { return p.book }
 
 // DataDir is where the cluster named name keeps everything.
-func (p *Provider) DataDir(name string) string {
-	return filepath.Join(p.cfg.DataRoot, "clusters", name)
-}
+func (p *Provider) DataDir(name string) string { return DataDirOf(p.cfg.DataRoot, name) }
+
+// DataDirOf is the DataDir of cluster name under dataRoot.
+func DataDirOf(dataRoot, name string) string { return filepath.Join(dataRoot, "clusters", name) }
 
 var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"socialweb.computer/kcp/internal/livetest"
+	"socialweb.computer/kcp/internal/processrunner"
+)
+
+// The operator's node commands against a running provider: up with a node, add one, list,
+// remove one, and Ctrl-C leaves nothing, kwok included.
+func TestTheOperatorAddsAndRemovesNodes(t *testing.T) {
+	livetest.Start(t)
+	bin := livetest.BinDir(t)
+	for _, b := range []string{"kube-apiserver", "kwok", "socialweb-cloud-controller-manager"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			livetest.Need(t, bin+"/"+b+" is not installed; run deploy/install-components.sh")
+		}
+	}
+	exe := filepath.Join(t.TempDir(), "socialweb-clusterprovider")
+	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	root := livetest.DataRoot(t)
+	cmd := exec.Command(exe, "up", "ops", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "33100-33199")
+	pipe, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	waitLine := func(what string) {
+		t.Helper()
+		deadline := time.After(3 * time.Minute)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the provider ended before printing %q", what)
+				}
+				t.Log(l)
+				if strings.Contains(l, what) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no %q within 3 minutes", what)
+			}
+		}
+	}
+	waitLine("node ops-n1")
+	waitLine("press Ctrl-C")
+
+	nodesCmd := func(args ...string) string {
+		t.Helper()
+		var out bytes.Buffer
+		err := run(append(append([]string{"nodes"}, args...), "--data-root", root), &out, os.Stderr)
+		if err != nil {
+			t.Fatalf("nodes %v: %v", args, err)
+		}
+		t.Logf("nodes %v:\n%s", args, out.String())
+		return out.String()
+	}
+	if out := nodesCmd("add", "ops", "1"); !strings.Contains(out, "ops-n2") || !strings.Contains(out, "running") {
+		t.Fatalf("nodes add printed %q", out)
+	}
+	if out := nodesCmd("ls", "ops"); strings.Count(out, "\n") != 2 || !strings.Contains(out, "ops-n1") {
+		t.Fatalf("nodes ls printed %q, want two nodes", out)
+	}
+	if out := nodesCmd("rm", "ops", "n1"); !strings.Contains(out, "ops-n1") || !strings.Contains(out, "removed") {
+		t.Fatalf("nodes rm printed %q", out)
+	}
+	if out := nodesCmd("ls", "ops"); strings.Count(out, "\n") != 1 || !strings.Contains(out, "ops-n2") {
+		t.Fatalf("nodes ls after rm printed %q", out)
+	}
+	var errOut bytes.Buffer
+	if err := run([]string{"nodes", "rm", "ops", "n9", "--data-root", root}, &errOut, &errOut); err == nil || !strings.Contains(err.Error(), `no node "n9"`) {
+		t.Fatalf("removing an unknown node: %v", err)
+	}
+
+	cmd.Process.Signal(syscall.SIGINT)
+	waitLine("nothing of it is running")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after Ctrl-C: %v", err)
+	}
+	dataDir := filepath.Join(root, "clusters", "ops") + "/"
+	programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "socialweb-cloud-controller-manager")}
+	if left, _ := processrunner.FindByMarker(dataDir, programs); len(left) != 0 {
+		t.Fatalf("left running after Ctrl-C: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "run", "control.sock")); !os.IsNotExist(err) {
+		t.Fatal("the control socket outlived the provider")
+	}
+}
