@@ -19,7 +19,7 @@ import (
 func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	livetest.Start(t)
 	bin := livetest.BinDir(t)
-	for _, b := range []string{"kube-apiserver", "socialweb-cloud-controller-manager"} {
+	for _, b := range []string{"kube-apiserver", "kwok", "socialweb-cloud-controller-manager"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			livetest.Need(t, bin+"/"+b+" is not installed; run deploy/install-components.sh")
 		}
@@ -29,8 +29,9 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	root := livetest.DataRoot(t)
-	args := []string{"up", "crashy", "--data-root", root, "--bin-dir", bin, "--port-range", "33000-33099"}
-	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
+	// With a simulated node, so the node group (kwok) must be reaped and restarted too.
+	args := []string{"up", "crashy", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "33000-33099"}
+	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"), "/usr/lib/postgresql/15/bin/postgres"}
 	dataDir := filepath.Join(root, "clusters", "crashy") + "/"
 
 	start := func() (*exec.Cmd, *bufio.Scanner) {
@@ -67,10 +68,10 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	}
 
 	first, sc := start()
-	waitFor(sc, "is Ready")
+	waitFor(sc, "press Ctrl-C")
 	old, err := processrunner.FindByMarker(dataDir, programs)
-	if err != nil || len(old) != 6 {
-		t.Fatalf("components of the first run: %v, %v; want 6", old, err)
+	if err != nil || len(old) != 7 {
+		t.Fatalf("components of the first run: %v, %v; want 7 (six and kwok)", old, err)
 	}
 	first.Process.Signal(syscall.SIGKILL)
 	first.Wait()
@@ -81,15 +82,15 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	}
 
 	second, sc := start()
-	waitFor(sc, "is Ready")
+	waitFor(sc, "press Ctrl-C")
 	for _, id := range old {
 		if id.Alive() {
 			t.Errorf("survivor pid %d (%s) was not reaped", id.Pid, id.Cmdline[0])
 		}
 	}
 	now, _ := processrunner.FindByMarker(dataDir, programs)
-	if len(now) != 6 {
-		t.Fatalf("after the restart %d components run, want 6 (no duplicates)", len(now))
+	if len(now) != 7 {
+		t.Fatalf("after the restart %d components run, want 7 (no duplicates)", len(now))
 	}
 
 	second.Process.Signal(os.Interrupt)

@@ -87,7 +87,7 @@ func newFlags(out io.Writer) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "bring-up deadline")
 	fs.IntVar(&o.maxNodes, "max-nodes", 0, "node quota: the CCM initializes at most this many Nodes (0: no quota)")
 	fs.IntVar(&o.podsPerNode, "pods-per-node", 0, "pods per node, published on each Node as node.socialweb.computer/pods-per-node (0: 110)")
-	fs.IntVar(&o.nodes, "nodes", 0, "simulated nodes to add once the cluster is Ready")
+	fs.IntVar(&o.nodes, "nodes", 0, "simulated nodes the cluster should have once Ready (added if fewer are listed)")
 	return fs, o
 }
 
@@ -158,8 +158,12 @@ func up(args []string, stdout, stderr io.Writer) error {
 	}
 	defer stopControl()
 	if o.nodes > 0 {
-		list, _ := c.Instances()
-		for _, id := range clusterprovider.NextNodeIDs(list, o.nodes) {
+		// --nodes is how many the cluster should have: a restart does not add more.
+		list, err := c.Instances()
+		if err != nil {
+			return errors.Join(err, c.Stop())
+		}
+		for _, id := range clusterprovider.NextNodeIDs(list, max(0, o.nodes-len(list))) {
 			t1 := time.Now()
 			g, err := c.AddNode(upCtx, id)
 			if err != nil {
