@@ -11,12 +11,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"socialweb.computer/kcp/bench/measure"
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/procgroup"
@@ -29,9 +27,9 @@ func main() {
 	flag.Parse()
 	binDir, _ := filepath.Abs(*bin)
 	root, err := os.MkdirTemp("", "socialweb-bench-")
-	check(err)
+	measure.Check(err)
 	defer os.RemoveAll(root)
-	check(os.Chmod(root, 0o711))
+	measure.Check(os.Chmod(root, 0o711))
 
 	var mu sync.Mutex
 	var cur map[procgroup.Component]time.Duration
@@ -45,7 +43,7 @@ func main() {
 			}
 		},
 	})
-	check(err)
+	measure.Check(err)
 
 	type sample struct {
 		steps map[procgroup.Component]time.Duration
@@ -60,7 +58,7 @@ func main() {
 			cur = map[procgroup.Component]time.Duration{}
 			t0 := time.Now()
 			c, err := p.Up(context.Background(), name)
-			check(err)
+			measure.Check(err)
 			s := sample{steps: cur, total: time.Since(t0)}
 			if pass == 0 {
 				fresh = append(fresh, s)
@@ -69,21 +67,21 @@ func main() {
 				order = order[:0]
 				for _, m := range c.Group().Members() {
 					order = append(order, m.Step)
-					v := groupPSS(m.Identity.Pid)
+					v := measure.GroupPSS(m.Identity.Pid)
 					pss[m.Step.String()] = append(pss[m.Step.String()], v)
 					total += v
 				}
 				pss["total"] = append(pss["total"], total)
-				check(c.Stop())
+				measure.Check(c.Stop())
 			} else {
 				restart = append(restart, s)
-				check(c.Destroy())
+				measure.Check(c.Destroy())
 			}
 		}
 	}
 
 	host, _ := os.Hostname()
-	fmt.Printf("machine: %s, %d runs, median; %s\n", host, *runs, cpuModel())
+	fmt.Printf("machine: %s, %d runs, median; %s\n", host, *runs, measure.CPUModel())
 	fmt.Printf("%-26s %12s %12s %12s\n", "step", "fresh (s)", "restart (s)", "idle PSS MiB")
 	for _, c := range order {
 		var f, r []float64
@@ -93,7 +91,7 @@ func main() {
 		for _, s := range restart {
 			r = append(r, s.steps[c].Seconds())
 		}
-		fmt.Printf("%-26s %12.2f %12.2f %12.1f\n", c, median(f), median(r), median(pss[c.String()]))
+		fmt.Printf("%-26s %12.2f %12.2f %12.1f\n", c, measure.Median(f), measure.Median(r), measure.Median(pss[c.String()]))
 	}
 	var ft, rt []float64
 	for _, s := range fresh {
@@ -102,62 +100,6 @@ func main() {
 	for _, s := range restart {
 		rt = append(rt, s.total.Seconds())
 	}
-	fmt.Printf("%-26s %12.2f %12.2f %12.1f\n", "whole group (Up to Ready)", median(ft), median(rt), median(pss["total"]))
+	fmt.Printf("%-26s %12.2f %12.2f %12.1f\n", "whole group (Up to Ready)", measure.Median(ft), measure.Median(rt), measure.Median(pss["total"]))
 }
 
-// groupPSS sums the PSS (MiB) of every process in pid's process group.
-func groupPSS(pgid int) float64 {
-	ents, _ := os.ReadDir("/proc")
-	total := 0.0
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) < 3 || f[2] != strconv.Itoa(pgid) { // field 5: pgrp
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "Pss:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-				total += kb / 1024
-			}
-		}
-	}
-	return total
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func cpuModel() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "model name"); ok {
-			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-		}
-	}
-	return "unknown cpu"
-}
-
-func check(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-}

@@ -89,7 +89,7 @@ func TestSimulatedNodesJoinRunPodsAndLeave(t *testing.T) {
 			}
 		}
 		secrets := secretsOf(t, c.Spec.Layout())
-		for _, m := range c.nodes.Members() {
+		for _, m := range c.NodeGroup().Members() {
 			argv, err := processrunner.Cmdline(m.Identity.Pid)
 			if err != nil {
 				t.Fatal(err)

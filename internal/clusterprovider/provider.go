@@ -146,6 +146,13 @@ type Cluster struct {
 // Group is the cluster's process group.
 func (c *Cluster) Group() *procgroup.Group { return c.group }
 
+// NodeGroup is the cluster's node group (kwok), nil until its first simulated guest.
+func (c *Cluster) NodeGroup() *procgroup.Group {
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
+	return c.nodes
+}
+
 // Up brings the cluster named name up and returns once every gate has passed. Bad input
 // (a bad name, a missing binary, no free port, an unwritable DataDir) is an error that
 // changes nothing and leaves nothing running.
