@@ -102,4 +102,3 @@ func main() {
 	}
 	fmt.Printf("%-26s %12.2f %12.2f %12.1f\n", "whole group (Up to Ready)", measure.Median(ft), measure.Median(rt), measure.Median(pss["total"]))
 }
-

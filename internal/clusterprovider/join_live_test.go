@@ -133,7 +133,7 @@ func TestARealGuestJoinsWithOnlyItsBootstrapMaterial(t *testing.T) {
 		}
 		var doc struct {
 			WriteFiles []struct{ Path, Permissions, Content string } `json:"write_files"`
-			Runcmd     [][]string                                      `json:"runcmd"`
+			Runcmd     [][]string                                    `json:"runcmd"`
 		}
 		if err := yaml.Unmarshal(m.UserData, &doc); err != nil {
 			t.Fatalf("user data is not YAML: %v", err)

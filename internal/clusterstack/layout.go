@@ -22,6 +22,7 @@ func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
 // Files.
 func (l Layout) Identity() string   { return l.path("identity.json") }
 func (l Layout) KineSocket() string { return l.path("run", "kine.sock") }
+
 // ControlSocket is where a running provider takes node requests for this cluster (root only).
 func (l Layout) ControlSocket() string { return l.path("run", "control.sock") }
 func (l Layout) PostgresSocket() string {
