@@ -179,7 +179,7 @@ func up(args []string, stdout, stderr io.Writer) error {
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stdout, "stopping: reaping in reverse order")
-	case ex := <-c.Group().Exited():
+	case ex := <-c.Exited():
 		died = fmt.Errorf("cluster %s: %s exited on its own (%v); last output:\n  %s", name, ex.Step, ex.Err, strings.Join(ex.Tail, "\n  "))
 		fmt.Fprintf(stdout, "%s exited on its own; reaping the rest in reverse order\n", ex.Step)
 	}

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/processrunner"
@@ -18,51 +15,10 @@ import (
 // The operator's node commands against a running provider: up with a node, add one, list,
 // remove one, and Ctrl-C leaves nothing, kwok included.
 func TestTheOperatorAddsAndRemovesNodes(t *testing.T) {
-	livetest.Start(t)
-	bin := livetest.BinDir(t)
-	for _, b := range []string{"kube-apiserver", "kwok", "socialweb-cloud-controller-manager"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			livetest.Need(t, bin+"/"+b+" is not installed; run deploy/install-components.sh")
-		}
-	}
-	exe := filepath.Join(t.TempDir(), "socialweb-clusterprovider")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	exe, bin := liveBinary(t, "kube-apiserver", "kwok", "socialweb-cloud-controller-manager")
 	root := livetest.DataRoot(t)
-	cmd := exec.Command(exe, "up", "ops", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "33100-33199")
-	pipe, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	waitLine := func(what string) {
-		t.Helper()
-		deadline := time.After(3 * time.Minute)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("the provider ended before printing %q", what)
-				}
-				t.Log(l)
-				if strings.Contains(l, what) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("no %q within 3 minutes", what)
-			}
-		}
-	}
+	r := startProvider(t, exe, "up", "ops", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "33100-33199")
+	waitLine := func(what string) { t.Helper(); r.waitLine(t, what) }
 	waitLine("node ops-n1")
 	waitLine("press Ctrl-C")
 
@@ -93,9 +49,9 @@ func TestTheOperatorAddsAndRemovesNodes(t *testing.T) {
 		t.Fatalf("removing an unknown node: %v", err)
 	}
 
-	cmd.Process.Signal(syscall.SIGINT)
+	r.cmd.Process.Signal(syscall.SIGINT)
 	waitLine("nothing of it is running")
-	if err := cmd.Wait(); err != nil {
+	if err := r.cmd.Wait(); err != nil {
 		t.Fatalf("exit after Ctrl-C: %v", err)
 	}
 	dataDir := filepath.Join(root, "clusters", "ops") + "/"

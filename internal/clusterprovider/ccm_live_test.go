@@ -167,11 +167,7 @@ func TestTheFourStepProofWithTheCCM(t *testing.T) {
 	}
 
 	t.Run("its credential patches Nodes and reads no Secret", func(t *testing.T) {
-		ccmClient := clientFor(t, c.Spec.Layout().CloudControllerManagerKubeconfig())
-		for _, a := range []struct {
-			attr  authzv1.ResourceAttributes
-			allow bool
-		}{
+		assertAccess(t, clientFor(t, c.Spec.Layout().CloudControllerManagerKubeconfig()), "the CCM", []access{
 			{authzv1.ResourceAttributes{Verb: "patch", Resource: "nodes"}, true},
 			{authzv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Subresource: "status"}, true},
 			{authzv1.ResourceAttributes{Verb: "delete", Resource: "nodes"}, true},
@@ -180,16 +176,7 @@ func TestTheFourStepProofWithTheCCM(t *testing.T) {
 			{authzv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, false},
 			{authzv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: "default"}, false},
 			{authzv1.ResourceAttributes{Verb: "create", Resource: "nodes"}, false},
-		} {
-			r, err := ccmClient.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
-				Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a.attr}}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Status.Allowed != a.allow {
-				t.Errorf("CCM may %s %s/%s: %v, want %v", a.attr.Verb, a.attr.Resource, a.attr.Subresource, r.Status.Allowed, a.allow)
-			}
-		}
+		})
 	})
 
 	g2, g3 := guest(t, cluster, "n2"), guest(t, cluster, "n3")
@@ -303,28 +290,7 @@ func TestTheFourStepProofWithTheCCM(t *testing.T) {
 	})
 
 	// (4) Teardown in reverse; nothing survives.
-	members = c.Group().Members()
-	ev.mu.Lock()
-	ev.ev = nil
-	ev.mu.Unlock()
-	t0 = time.Now()
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("step 4: teardown in %.2fs", time.Since(t0).Seconds())
-	want := []procgroup.Component{procgroup.ComponentCloudControllerManager, procgroup.ComponentScheduler, procgroup.ComponentControllerManager, procgroup.ComponentAPIServer, procgroup.ComponentKine, procgroup.ComponentPostgres}
-	if got := ev.phase("stopping"); !slices.Equal(got, want) {
-		t.Fatalf("stop order %v, want %v", got, want)
-	}
-	for _, m := range members {
-		if m.Identity.Alive() {
-			t.Errorf("%s (pid %d) survived teardown", m.Step, m.Identity.Pid)
-		}
-	}
-	assertNothingRuns(t, p, c)
-	if h := p.Leases().Holder(c.Port); h != "" {
-		t.Errorf("port %d still leased to %s", c.Port, h)
-	}
+	t.Logf("step 4: teardown in %.2fs", stopAndCheck(t, p, c, ev, groupStopOrder).Seconds())
 }
 
 func mustParse(t *testing.T, b []byte) []instancesnapshot.Instance {

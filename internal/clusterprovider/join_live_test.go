@@ -48,24 +48,12 @@ func TestARealGuestJoinsWithOnlyItsBootstrapMaterial(t *testing.T) {
 	boot := kubernetes.NewForConfigOrDie(cfg)
 
 	t.Run("the token can only bootstrap", func(t *testing.T) {
-		for _, a := range []struct {
-			attr  authzv1.ResourceAttributes
-			allow bool
-		}{
+		assertAccess(t, boot, "the bootstrap token", []access{
 			{authzv1.ResourceAttributes{Verb: "create", Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}, true},
 			{authzv1.ResourceAttributes{Verb: "list", Resource: "secrets"}, false},
 			{authzv1.ResourceAttributes{Verb: "list", Resource: "pods"}, false},
 			{authzv1.ResourceAttributes{Verb: "create", Resource: "nodes"}, false},
-		} {
-			r, err := boot.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
-				Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a.attr}}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Status.Allowed != a.allow {
-				t.Errorf("bootstrap token may %s %s: %v, want %v", a.attr.Verb, a.attr.Resource, r.Status.Allowed, a.allow)
-			}
-		}
+		})
 		if _, err := boot.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("listing Secrets with the bootstrap token: %v, want Forbidden", err)
 		}

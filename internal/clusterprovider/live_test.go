@@ -14,6 +14,7 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +38,12 @@ type events struct {
 func (e *events) on(_ string, ev procgroup.Event) {
 	e.mu.Lock()
 	e.ev = append(e.ev, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) reset() {
+	e.mu.Lock()
+	e.ev = nil
 	e.mu.Unlock()
 }
 
@@ -207,16 +214,23 @@ func assertNotInDatastore(t *testing.T, c *Cluster, plain string) {
 	}
 }
 
-func TestTeardownLeavesNoSurvivors(t *testing.T) {
-	p, ev := liveProvider(t)
-	c := up(t, p, "teardown")
+// groupStopOrder is the reverse of the group's bring-up.
+var groupStopOrder = []procgroup.Component{procgroup.ComponentCloudControllerManager, procgroup.ComponentScheduler, procgroup.ComponentControllerManager, procgroup.ComponentAPIServer, procgroup.ComponentKine, procgroup.ComponentPostgres}
+
+// stopAndCheck stops c and checks the teardown: the stop order is want, no member (the
+// node group's included) nor any other process of the cluster survives, the lease is free.
+func stopAndCheck(t *testing.T, p *Provider, c *Cluster, ev *events, want []procgroup.Component) time.Duration {
+	t.Helper()
 	members := c.Group().Members()
+	if g := c.NodeGroup(); g != nil {
+		members = append(members, g.Members()...)
+	}
+	ev.reset()
 	t0 := time.Now()
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("teardown in %.2fs", time.Since(t0).Seconds())
-	want := []procgroup.Component{procgroup.ComponentCloudControllerManager, procgroup.ComponentScheduler, procgroup.ComponentControllerManager, procgroup.ComponentAPIServer, procgroup.ComponentKine, procgroup.ComponentPostgres}
+	took := time.Since(t0)
 	if got := ev.phase("stopping"); !slices.Equal(got, want) {
 		t.Fatalf("stop order %v, want %v", got, want)
 	}
@@ -229,6 +243,34 @@ func TestTeardownLeavesNoSurvivors(t *testing.T) {
 	if h := p.Leases().Holder(c.Port); h != "" {
 		t.Errorf("port %d still leased to %s", c.Port, h)
 	}
+	return took
+}
+
+// access is one SelfSubjectAccessReview and its expected answer.
+type access struct {
+	attr  authzv1.ResourceAttributes
+	allow bool
+}
+
+// assertAccess asks, as client (who), each access review and checks the answers.
+func assertAccess(t *testing.T, client kubernetes.Interface, who string, want []access) {
+	t.Helper()
+	for _, a := range want {
+		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authzv1.SelfSubjectAccessReview{
+			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a.attr}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed != a.allow {
+			t.Errorf("%s may %s %s/%s: %v, want %v", who, a.attr.Verb, a.attr.Resource, a.attr.Subresource, r.Status.Allowed, a.allow)
+		}
+	}
+}
+
+func TestTeardownLeavesNoSurvivors(t *testing.T) {
+	p, ev := liveProvider(t)
+	c := up(t, p, "teardown")
+	t.Logf("teardown in %.2fs", stopAndCheck(t, p, c, ev, groupStopOrder).Seconds())
 	for _, sock := range []string{c.Spec.Layout().KineSocket(), c.Spec.Layout().PostgresSocket()} {
 		if _, err := os.Stat(sock); !os.IsNotExist(err) {
 			t.Errorf("socket %s left behind", sock)

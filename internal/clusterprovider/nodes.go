@@ -184,6 +184,7 @@ func (c *Cluster) startNodeGroup(ctx context.Context) error {
 		return fmt.Errorf("cluster %s: node group: %w", c.Name, err)
 	}
 	c.nodes = g
+	c.watch(g)
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,25 +68,12 @@ func TestSimulatedNodesJoinRunPodsAndLeave(t *testing.T) {
 	}
 
 	t.Run("kwok runs under its own scoped identity, nothing on argv", func(t *testing.T) {
-		kwok := clientFor(t, c.Spec.Layout().KwokKubeconfig())
-		for _, a := range []struct {
-			attr  authzv1.ResourceAttributes
-			allow bool
-		}{
+		assertAccess(t, clientFor(t, c.Spec.Layout().KwokKubeconfig()), "kwok", []access{
 			{authzv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Subresource: "status"}, true},
 			{authzv1.ResourceAttributes{Verb: "list", Resource: "secrets"}, false},
 			{authzv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: "default"}, false},
 			{authzv1.ResourceAttributes{Verb: "delete", Resource: "nodes"}, false},
-		} {
-			r, err := kwok.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
-				Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a.attr}}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Status.Allowed != a.allow {
-				t.Errorf("kwok may %s %s/%s: %v, want %v", a.attr.Verb, a.attr.Resource, a.attr.Subresource, r.Status.Allowed, a.allow)
-			}
-		}
+		})
 		secrets := secretsOf(t, c.Spec.Layout())
 		for _, m := range c.NodeGroup().Members() {
 			argv, err := processrunner.Cmdline(m.Identity.Pid)
@@ -142,17 +128,7 @@ func TestSimulatedNodesJoinRunPodsAndLeave(t *testing.T) {
 	}
 
 	// Teardown: kwok first, then the group in reverse; nothing survives.
-	ev.mu.Lock()
-	ev.ev = nil
-	ev.mu.Unlock()
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	want := []procgroup.Component{procgroup.ComponentKwok, procgroup.ComponentCloudControllerManager, procgroup.ComponentScheduler, procgroup.ComponentControllerManager, procgroup.ComponentAPIServer, procgroup.ComponentKine, procgroup.ComponentPostgres}
-	if got := ev.phase("stopping"); !slices.Equal(got, want) {
-		t.Fatalf("stop order %v, want %v", got, want)
-	}
-	assertNothingRuns(t, p, c)
+	stopAndCheck(t, p, c, ev, append([]procgroup.Component{procgroup.ComponentKwok}, groupStopOrder...))
 
 	// A restart brings the listed guests' kubelets back.
 	c2 := up(t, p, "sim")

@@ -141,6 +141,27 @@ type Cluster struct {
 
 	nodesMu sync.Mutex
 	nodes   *procgroup.Group // the node group (kwok), started with the first simulated guest
+
+	exited   chan procgroup.Exit // the first member of either group to exit on its own
+	stopping chan struct{}       // closed by Stop: the watchers end
+}
+
+// Exited delivers the first member of the cluster's groups (the process group or the node
+// group) that exits on its own.
+func (c *Cluster) Exited() <-chan procgroup.Exit { return c.exited }
+
+// watch forwards g's first unexpected exit to Exited.
+func (c *Cluster) watch(g *procgroup.Group) {
+	go func() {
+		select {
+		case ex := <-g.Exited():
+			select {
+			case c.exited <- ex:
+			default: // one is enough: the caller reaps everything
+			}
+		case <-c.stopping:
+		}
+	}()
 }
 
 // Group is the cluster's process group.
@@ -204,7 +225,7 @@ func (p *Provider) up(ctx context.Context, name string, port int) (*Cluster, err
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: s.URL(), TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin}
+	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: s.URL(), TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{})}
 	steps, err := StepsFor(StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter})
 	if err != nil {
 		c.closeLogs()
@@ -222,6 +243,7 @@ func (p *Provider) up(ctx context.Context, name string, port int) (*Cluster, err
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
 	c.group = g
+	c.watch(g)
 	// Simulated guests listed from an earlier run get their kubelets back.
 	if list, err := c.Instances(); err == nil && len(list) > 0 {
 		if err := c.startNodeGroup(ctx); err != nil {
@@ -321,6 +343,7 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopped = true
+	close(c.stopping)
 	c.mu.Unlock()
 	// The node group first: kwok simulates kubelets of this apiserver.
 	c.nodesMu.Lock()

@@ -69,7 +69,7 @@ func TestValidateName(t *testing.T) {
 // before anything starts.
 func fakeBinaries(t *testing.T) (bin, pg string) {
 	bin, pg = t.TempDir(), t.TempDir()
-	for _, n := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", clusterstack.CloudControllerManagerBinary} {
+	for _, n := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", clusterstack.CloudControllerManagerBinary, "kwok"} {
 		os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\nexit 99\n"), 0o755)
 	}
 	for _, n := range []string{"initdb", "postgres"} {

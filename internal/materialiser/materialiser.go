@@ -1,0 +1,203 @@
+// Package materialiser is the cluster provider's phase machine, pure: Reconcile takes what
+// was observed of one declared cluster (its object, its process group, its leases and files)
+// and returns its phase, its Ready condition, the operations to perform in order, when to
+// look again, and whether the finalizer may go. It reads no clock (Observed.Now is fed) and
+// performs nothing; the reconcile loop around it does the I/O.
+package materialiser
+
+import (
+	"fmt"
+	"time"
+)
+
+// Phase is a Cluster's status.phase.
+type Phase string
+
+const (
+	PhaseInitializing Phase = "Initializing" // first bring-up under way
+	PhaseReady        Phase = "Ready"
+	PhaseUnavailable  Phase = "Unavailable" // parked, failed, or a component died
+	PhaseDraining     Phase = "Draining"    // being deleted: nodes, group, lease, DataDir go
+)
+
+// Group is what is observed of the cluster's process group.
+type Group string
+
+const (
+	GroupAbsent   Group = "Absent"   // nothing runs
+	GroupStarting Group = "Starting" // a bring-up is under way
+	GroupUp       Group = "Up"       // every gate passed, every member runs
+	GroupFailed   Group = "Failed"   // the last bring-up failed (at FailedStep), nothing runs
+	GroupExited   Group = "Exited"   // a member exited on its own (FailedStep), the rest still run
+)
+
+// Op is one operation for the reconcile loop, performed in the order given.
+type Op string
+
+const (
+	OpAddFinalizer     Op = "AddFinalizer"
+	OpBringUp          Op = "BringUp"          // Provider.Up
+	OpStop             Op = "Stop"             // reap the groups; data kept
+	OpRemoveNodes      Op = "RemoveNodes"      // drain and delete every guest
+	OpReleaseLease     Op = "ReleaseLease"     // only once nothing runs
+	OpRemoveDataDir    Op = "RemoveDataDir"    // the tenant's data: only on deletion
+	OpDeleteKubeconfig Op = "DeleteKubeconfig" // the <cluster>-kubeconfig Secret on the front
+	OpRemoveFinalizer  Op = "RemoveFinalizer"  // last: only when every other thing is gone
+)
+
+// Observed is one cluster as the loop saw it.
+type Observed struct {
+	Now time.Time
+
+	// The object.
+	Running      bool // spec.running
+	Deleting     bool // metadata.deletionTimestamp is set
+	HasFinalizer bool
+	Phase        Phase // status.phase as last written; "" for a new object
+	EverReady    bool  // the cluster has been Ready before (its phase left Initializing)
+
+	// The world.
+	Group         Group
+	FailedStep    string    // with GroupFailed or GroupExited: which step
+	FailedReason  string    // and why
+	Attempts      int       // consecutive failed bring-ups or exits, for the backoff
+	LastAttempt   time.Time // when the last bring-up started
+	Nodes         int       // guests listed in nodes.json
+	LeaseHeld     bool
+	DataDirExists bool
+	KubeconfigSet bool // the <cluster>-kubeconfig Secret exists
+}
+
+// Condition is the Ready condition.
+type Condition struct {
+	Status  bool
+	Reason  string
+	Message string
+}
+
+// Result is what to do.
+type Result struct {
+	Phase Phase
+	Ready Condition
+	// Ops are performed in order; the loop stops at the first that fails and looks again.
+	Ops []Op
+	// Requeue, when non-zero, is when to look again even if nothing changes.
+	Requeue time.Duration
+}
+
+// Backoff between bring-up attempts: 2 s doubling to 5 min.
+const (
+	BackoffBase = 2 * time.Second
+	BackoffMax  = 5 * time.Minute
+)
+
+// Backoff is the wait before attempt n+1 after n consecutive failures.
+func Backoff(failures int) time.Duration {
+	if failures <= 0 {
+		return 0
+	}
+	d := BackoffBase
+	for i := 1; i < failures && d < BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, BackoffMax)
+}
+
+// Reconcile decides. The order of its cases is the priority: deletion, then the finalizer,
+// then parking, then bringing up and keeping up.
+func Reconcile(o Observed) Result {
+	switch {
+	case o.Deleting:
+		return teardown(o)
+	case !o.HasFinalizer:
+		// Nothing may run before the finalizer guarantees a teardown.
+		return Result{Phase: phaseOr(o.Phase, PhaseInitializing), Ready: notReady("Pending", "adding the teardown finalizer"), Ops: []Op{OpAddFinalizer}}
+	case !o.Running:
+		return park(o)
+	}
+	return keepUp(o)
+}
+
+// teardown is gated: each thing goes only once what depends on it is gone, and the
+// finalizer last (invariant 15).
+func teardown(o Observed) Result {
+	r := Result{Phase: PhaseDraining, Ready: notReady("Deleting", "tearing the cluster down")}
+	if !o.HasFinalizer {
+		return r // nothing left of ours
+	}
+	switch {
+	case o.Nodes > 0:
+		// Guests go first: drained while the control plane is up, deleted regardless (a
+		// real guest is a VM that would outlive its cluster).
+		r.Ops = []Op{OpRemoveNodes}
+		r.Ready.Message = fmt.Sprintf("removing %d nodes", o.Nodes)
+		return r
+	case o.Group != GroupAbsent && o.Group != GroupFailed:
+		r.Ops = []Op{OpStop}
+		r.Ready.Message = "stopping the process group"
+		return r
+	}
+	if o.LeaseHeld {
+		r.Ops = append(r.Ops, OpReleaseLease)
+	}
+	if o.DataDirExists {
+		r.Ops = append(r.Ops, OpRemoveDataDir)
+	}
+	if o.KubeconfigSet {
+		r.Ops = append(r.Ops, OpDeleteKubeconfig)
+	}
+	r.Ops = append(r.Ops, OpRemoveFinalizer)
+	return r
+}
+
+// park stops the processes and keeps the data.
+func park(o Observed) Result {
+	r := Result{Phase: PhaseUnavailable, Ready: notReady("Parked", "spec.running is false: processes stopped, data kept")}
+	if o.Group != GroupAbsent && o.Group != GroupFailed {
+		r.Ops = []Op{OpStop}
+	}
+	if o.LeaseHeld && (o.Group == GroupAbsent || o.Group == GroupFailed) {
+		r.Ops = append(r.Ops, OpReleaseLease)
+	}
+	return r
+}
+
+// keepUp brings the cluster up, and back up after a failure or an exit, with backoff.
+func keepUp(o Observed) Result {
+	down := PhaseInitializing
+	if o.EverReady {
+		down = PhaseUnavailable
+	}
+	switch o.Group {
+	case GroupUp:
+		return Result{Phase: PhaseReady, Ready: Condition{Status: true, Reason: "Ready", Message: "every component passed its gate"}}
+	case GroupStarting:
+		return Result{Phase: phaseOr(o.Phase, down), Ready: notReady("BringingUp", "bring-up under way")}
+	case GroupExited:
+		// A member died: reap the rest now, come back after the backoff.
+		return Result{Phase: PhaseUnavailable, Ready: notReady("ComponentExited", fmt.Sprintf("%s exited on its own: %s", o.FailedStep, o.FailedReason)),
+			Ops: []Op{OpStop}, Requeue: Backoff(o.Attempts)}
+	case GroupFailed:
+		r := Result{Phase: PhaseUnavailable, Ready: notReady("BringUpFailed", fmt.Sprintf("step %s failed: %s", o.FailedStep, o.FailedReason))}
+		if wait := o.LastAttempt.Add(Backoff(o.Attempts)).Sub(o.Now); wait > 0 {
+			r.Requeue = wait
+			return r
+		}
+		r.Ops = []Op{OpBringUp}
+		return r
+	}
+	// Absent: bring it up (after the backoff, when the last attempt failed or exited).
+	if wait := o.LastAttempt.Add(Backoff(o.Attempts)).Sub(o.Now); o.Attempts > 0 && wait > 0 {
+		return Result{Phase: PhaseUnavailable, Ready: notReady("BackingOff", fmt.Sprintf("next bring-up in %s", wait.Round(time.Second))), Requeue: wait}
+	}
+	return Result{Phase: down, Ready: notReady("BringingUp", "starting the process group"), Ops: []Op{OpBringUp}}
+}
+
+func notReady(reason, msg string) Condition { return Condition{Reason: reason, Message: msg} }
+
+func phaseOr(p, def Phase) Phase {
+	if p == "" || p == PhaseDraining {
+		return def
+	}
+	return p
+}

@@ -1,0 +1,154 @@
+package materialiser
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
+
+func obs(mut ...func(*Observed)) Observed {
+	o := Observed{Now: t0, Running: true, HasFinalizer: true, Group: GroupAbsent}
+	for _, m := range mut {
+		m(&o)
+	}
+	return o
+}
+
+// The transitions a cluster goes through, one row each.
+func TestTransitions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		o       Observed
+		phase   Phase
+		reason  string
+		ops     []Op
+		requeue bool
+	}{
+		{"new object: the finalizer first", obs(func(o *Observed) { o.HasFinalizer = false }), PhaseInitializing, "Pending", []Op{OpAddFinalizer}, false},
+		{"first bring-up", obs(), PhaseInitializing, "BringingUp", []Op{OpBringUp}, false},
+		{"bring-up under way", obs(func(o *Observed) { o.Group, o.Phase = GroupStarting, PhaseInitializing }), PhaseInitializing, "BringingUp", nil, false},
+		{"Initializing -> Ready", obs(func(o *Observed) { o.Group, o.Phase = GroupUp, PhaseInitializing }), PhaseReady, "Ready", nil, false},
+		{"first bring-up failed: Unavailable, backing off", obs(func(o *Observed) {
+			o.Group, o.FailedStep, o.FailedReason, o.Attempts, o.LastAttempt = GroupFailed, "kube-apiserver", "gate deadline", 1, t0.Add(-time.Second)
+		}), PhaseUnavailable, "BringUpFailed", nil, true},
+		{"failed, backoff over: again", obs(func(o *Observed) {
+			o.Group, o.FailedStep, o.Attempts, o.LastAttempt = GroupFailed, "kube-apiserver", 1, t0.Add(-time.Minute)
+		}), PhaseUnavailable, "BringUpFailed", []Op{OpBringUp}, false},
+		{"Ready -> a component exits: reap the rest", obs(func(o *Observed) {
+			o.Group, o.Phase, o.EverReady, o.FailedStep, o.Attempts = GroupExited, PhaseReady, true, "kube-apiserver", 1
+		}), PhaseUnavailable, "ComponentExited", []Op{OpStop}, true},
+		{"reaped after an exit, backing off", obs(func(o *Observed) {
+			o.Phase, o.EverReady, o.Attempts, o.LastAttempt = PhaseUnavailable, true, 2, t0.Add(-time.Second)
+		}), PhaseUnavailable, "BackingOff", nil, true},
+		{"Unavailable -> bring back up", obs(func(o *Observed) {
+			o.Phase, o.EverReady, o.Attempts, o.LastAttempt = PhaseUnavailable, true, 2, t0.Add(-time.Hour)
+		}), PhaseUnavailable, "BringingUp", []Op{OpBringUp}, false},
+		{"Unavailable -> Ready", obs(func(o *Observed) { o.Group, o.Phase, o.EverReady = GroupUp, PhaseUnavailable, true }), PhaseReady, "Ready", nil, false},
+		{"running: false parks a Ready cluster", obs(func(o *Observed) { o.Running, o.Group, o.Phase, o.LeaseHeld = false, GroupUp, PhaseReady, true }), PhaseUnavailable, "Parked", []Op{OpStop}, false},
+		{"parked: the lease goes once nothing runs", obs(func(o *Observed) { o.Running, o.LeaseHeld = false, true }), PhaseUnavailable, "Parked", []Op{OpReleaseLease}, false},
+		{"parked and settled", obs(func(o *Observed) { o.Running = false }), PhaseUnavailable, "Parked", nil, false},
+		{"Ready -> Draining: nodes first", obs(func(o *Observed) {
+			o.Deleting, o.Group, o.Nodes, o.LeaseHeld, o.DataDirExists = true, GroupUp, 2, true, true
+		}), PhaseDraining, "Deleting", []Op{OpRemoveNodes}, false},
+		{"Draining: then the group", obs(func(o *Observed) { o.Deleting, o.Group, o.LeaseHeld, o.DataDirExists = true, GroupUp, true, true }), PhaseDraining, "Deleting", []Op{OpStop}, false},
+		{"Draining: then lease, DataDir, Secret, finalizer", obs(func(o *Observed) { o.Deleting, o.LeaseHeld, o.DataDirExists, o.KubeconfigSet = true, true, true, true }), PhaseDraining, "Deleting", []Op{OpReleaseLease, OpRemoveDataDir, OpDeleteKubeconfig, OpRemoveFinalizer}, false},
+		{"Draining: a failed bring-up has nothing running", obs(func(o *Observed) { o.Deleting, o.Group, o.DataDirExists = true, GroupFailed, true }), PhaseDraining, "Deleting", []Op{OpRemoveDataDir, OpRemoveFinalizer}, false},
+		{"deleted before the finalizer was added", obs(func(o *Observed) { o.Deleting, o.HasFinalizer = true, false }), PhaseDraining, "Deleting", nil, false},
+	} {
+		r := Reconcile(tc.o)
+		if r.Phase != tc.phase || r.Ready.Reason != tc.reason || !slices.Equal(r.Ops, tc.ops) || (r.Requeue > 0) != tc.requeue {
+			t.Errorf("%s:\n got phase %s reason %s ops %v requeue %s\nwant phase %s reason %s ops %v requeue %v", tc.name, r.Phase, r.Ready.Reason, r.Ops, r.Requeue, tc.phase, tc.reason, tc.ops, tc.requeue)
+		}
+	}
+}
+
+// Every combination of what can be observed, against the rules no answer may break.
+func TestEveryObservationKeepsTheRules(t *testing.T) {
+	groups := []Group{GroupAbsent, GroupStarting, GroupUp, GroupFailed, GroupExited}
+	n := 0
+	for _, running := range []bool{false, true} {
+		for _, deleting := range []bool{false, true} {
+			for _, fin := range []bool{false, true} {
+				for _, g := range groups {
+					for _, nodes := range []int{0, 2} {
+						for _, lease := range []bool{false, true} {
+							for _, dir := range []bool{false, true} {
+								for _, kc := range []bool{false, true} {
+									for _, attempts := range []int{0, 3} {
+										for _, ago := range []time.Duration{time.Second, time.Hour} {
+											o := Observed{Now: t0, Running: running, Deleting: deleting, HasFinalizer: fin, Group: g, Nodes: nodes,
+												LeaseHeld: lease, DataDirExists: dir, KubeconfigSet: kc, Attempts: attempts, LastAttempt: t0.Add(-ago), FailedStep: "kine"}
+											checkRules(t, o, Reconcile(o))
+											n++
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d observations checked", n)
+}
+
+func checkRules(t *testing.T, o Observed, r Result) {
+	t.Helper()
+	fail := func(rule string) { t.Errorf("%s\n observed %+v\n result %+v", rule, o, r) }
+	has := func(op Op) bool { return slices.Contains(r.Ops, op) }
+	running := o.Group == GroupStarting || o.Group == GroupUp || o.Group == GroupExited
+	if has(OpRemoveFinalizer) {
+		if !o.Deleting || o.Nodes > 0 || running || r.Ops[len(r.Ops)-1] != OpRemoveFinalizer {
+			fail("the finalizer goes last, on deletion, once no node and no process is left")
+		}
+	}
+	if o.Deleting && o.HasFinalizer && !has(OpRemoveFinalizer) && len(r.Ops) == 0 {
+		fail("a deletion always makes progress")
+	}
+	if has(OpRemoveDataDir) && !o.Deleting {
+		fail("the tenant's data goes only with the Cluster")
+	}
+	if has(OpRemoveDataDir) && running {
+		fail("the DataDir goes only once nothing runs")
+	}
+	if has(OpBringUp) && (o.Deleting || !o.Running || !o.HasFinalizer || running) {
+		fail("a bring-up only for a running, finalized, not deleted cluster with nothing running")
+	}
+	if has(OpReleaseLease) && running {
+		fail("a lease is released only after its holder is reaped (invariant 8)")
+	}
+	if (r.Phase == PhaseReady) != (o.Group == GroupUp && o.Running && !o.Deleting && o.HasFinalizer) {
+		fail("Ready exactly when the group is up and it should be")
+	}
+	if r.Ready.Status != (r.Phase == PhaseReady) {
+		fail("the Ready condition agrees with the phase")
+	}
+	if r.Ready.Reason == "" || r.Ready.Message == "" {
+		fail("the condition always says why")
+	}
+	if o.Deleting && r.Phase != PhaseDraining {
+		fail("a deleted Cluster is Draining")
+	}
+	if !o.Deleting && o.Running && o.HasFinalizer && o.Group != GroupUp && o.Group != GroupStarting && len(r.Ops) == 0 && r.Requeue == 0 {
+		fail("a cluster that should run and does not is acted on or looked at again")
+	}
+	if (o.Group == GroupFailed || o.Group == GroupExited) && !o.Deleting && o.Running && o.HasFinalizer && !strings.Contains(r.Ready.Message, o.FailedStep) {
+		fail("a failure's condition names the step")
+	}
+}
+
+func TestBackoffDoublesToItsCap(t *testing.T) {
+	want := []time.Duration{0, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	for i, w := range want {
+		if got := Backoff(i); got != w {
+			t.Errorf("Backoff(%d) = %s, want %s", i, got, w)
+		}
+	}
+	if Backoff(100) != BackoffMax {
+		t.Errorf("Backoff(100) = %s", Backoff(100))
+	}
+}
