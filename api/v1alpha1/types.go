@@ -1,0 +1,76 @@
+// Package v1alpha1 is the declared state the cluster provider materialises, group
+// socialweb.computer: a Cluster (a tenant control plane) and a Node (a guest of one). The
+// CRDs in crds/ validate them with OpenAPI and CEL, so bad names and values are refused by
+// the front with a message naming the field (invariant 18) before the provider sees them.
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Group and version.
+const (
+	Group   = "socialweb.computer"
+	Version = "v1alpha1"
+	// TeardownFinalizer keeps a deleted Cluster until its teardown is complete.
+	TeardownFinalizer = "cluster.socialweb.computer/teardown"
+)
+
+// Cluster phases (status.phase).
+const (
+	PhaseInitializing = "Initializing"
+	PhaseReady        = "Ready"
+	PhaseUnavailable  = "Unavailable"
+	PhaseDraining     = "Draining"
+)
+
+// Cluster is one tenant control plane.
+type Cluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ClusterSpec   `json:"spec"`
+	Status            ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterSpec is what the operator declares.
+type ClusterSpec struct {
+	// Account owns the cluster; immutable.
+	Account string `json:"account"`
+	// Running false parks the cluster: processes stopped, data kept. Default true.
+	Running *bool `json:"running,omitempty"`
+	// MaxNodes is the node quota the CCM enforces; 0 is none.
+	MaxNodes int32 `json:"maxNodes,omitempty"`
+	// PodsPerNode is published on each Node; default 110.
+	PodsPerNode int32 `json:"podsPerNode,omitempty"`
+}
+
+// ClusterStatus is what the provider reports, through the status subresource.
+type ClusterStatus struct {
+	Phase      string             `json:"phase,omitempty"`
+	URL        string             `json:"url,omitempty"`
+	Instance   string             `json:"instance,omitempty"` // which provider runs it
+	Nodes      int32              `json:"nodes,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Node is one guest of a Cluster.
+type Node struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              NodeSpec   `json:"spec"`
+	Status            NodeStatus `json:"status,omitempty"`
+}
+
+// NodeSpec names the guest: its cluster (in the same namespace) and its node id; both
+// immutable. The Node's name in the tenant cluster is nodeprovider.NodeName(cluster, nodeID).
+type NodeSpec struct {
+	Cluster string `json:"cluster"`
+	NodeID  string `json:"nodeID"`
+}
+
+// NodeStatus is what the provider reports.
+type NodeStatus struct {
+	Phase      string `json:"phase,omitempty"`
+	Guest      string `json:"guest,omitempty"`
+	ProviderID string `json:"providerID,omitempty"`
+}
