@@ -109,6 +109,22 @@ func (p *Provider) RequiredBinaries() []string {
 	}
 }
 
+// maxSocketPath is the kernel's limit on a unix socket's path (sun_path, 108 bytes with its
+// NUL): Postgres refuses to start on a longer one.
+const maxSocketPath = 107
+
+// checkSocketPaths refuses a DataDir whose unix sockets would be too long, before anything
+// is created, naming the data root (invariant 18).
+func checkSocketPaths(dataDir string) error {
+	l := clusterstack.Spec{DataDir: dataDir}.Layout()
+	for _, sock := range []string{l.PostgresSocket(), l.KineSocket(), l.ControlSocket()} {
+		if len(sock) > maxSocketPath {
+			return fmt.Errorf("data root: the socket %s would be %d bytes, the limit is %d; use a shorter --data-root or cluster name", sock, len(sock), maxSocketPath)
+		}
+	}
+	return nil
+}
+
 // ErrMissingBinary: a component's binary is not installed.
 var ErrMissingBinary = errors.New("binary not installed")
 
@@ -182,6 +198,9 @@ func (p *Provider) Up(ctx context.Context, name string) (*Cluster, error) {
 		return nil, err
 	}
 	if err := p.checkBinaries(); err != nil {
+		return nil, err
+	}
+	if err := checkSocketPaths(p.DataDir(name)); err != nil {
 		return nil, err
 	}
 	holder := name + "/kube-apiserver"

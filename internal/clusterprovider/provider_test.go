@@ -155,6 +155,17 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Error("the refused bring-up changed what was at the DataDir")
 		}
 	})
+	t.Run("data root too long for the sockets", func(t *testing.T) {
+		root := filepath.Join(t.TempDir(), strings.Repeat("d", 80))
+		p, err := New(Config{DataRoot: root, BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Up(context.Background(), "demo"); err == nil || !strings.Contains(err.Error(), "--data-root") {
+			t.Fatalf("Up = %v, want an error naming --data-root", err)
+		}
+		assertNothingLeft(t, p, "demo")
+	})
 	t.Run("bad name", func(t *testing.T) {
 		p, _ := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
 		if _, err := p.Up(context.Background(), "Bad_Name"); err == nil || !strings.Contains(err.Error(), "cluster name") {

@@ -1,0 +1,377 @@
+package clusterprovider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/materialiser"
+	"socialweb.computer/kcp/internal/procgroup"
+)
+
+// ClustersResource is the Cluster CRD's resource on the front.
+var ClustersResource = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: "clusters"}
+
+// Loop materialises the Clusters declared on a front (any Kubernetes API with the CRDs):
+// watch-driven (an informer and a rate-limited work queue), each decision taken by
+// materialiser.Reconcile, bring-ups run concurrently up to a limit, and a component that
+// exits on its own is noticed at once.
+type Loop struct {
+	P        *Provider
+	Front    dynamic.Interface
+	Core     kubernetes.Interface // the front's Secrets (the delivered kubeconfigs)
+	Instance string               // status.instance: which provider runs the clusters
+	// MaxBringUps bounds concurrent bring-ups (default 2: each is CPU-heavy).
+	MaxBringUps int
+
+	queue  workqueue.TypedRateLimitingInterface[string]
+	lister cache.GenericLister
+	slots  chan struct{}
+
+	mu    sync.Mutex
+	state map[string]*runState // by namespace/name
+}
+
+// runState is what this provider knows of one cluster's processes.
+type runState struct {
+	group       materialiser.Group
+	cluster     *Cluster
+	attempts    int
+	lastAttempt time.Time
+	failedStep  string
+	reason      string
+	everReady   bool
+}
+
+// Run serves until ctx ends, then stops every cluster it runs (their data is kept).
+func (l *Loop) Run(ctx context.Context) error {
+	if l.MaxBringUps <= 0 {
+		l.MaxBringUps = 2
+	}
+	l.slots = make(chan struct{}, l.MaxBringUps)
+	l.state = map[string]*runState{}
+	l.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	f := dynamicinformer.NewDynamicSharedInformerFactory(l.Front, 10*time.Minute)
+	inf := f.ForResource(ClustersResource)
+	l.lister = inf.Lister()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			l.queue.Add(key)
+		}
+	}
+	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue})
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return errors.New("front: the Cluster informer did not sync")
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for l.next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	l.queue.ShutDown()
+	wg.Wait()
+	return l.stopAll()
+}
+
+func (l *Loop) next(ctx context.Context) bool {
+	key, quit := l.queue.Get()
+	if quit {
+		return false
+	}
+	defer l.queue.Done(key)
+	requeue, err := l.reconcile(ctx, key)
+	switch {
+	case err != nil:
+		l.queue.AddRateLimited(key)
+	case requeue > 0:
+		l.queue.Forget(key)
+		l.queue.AddAfter(key, requeue)
+	default:
+		l.queue.Forget(key)
+	}
+	return true
+}
+
+func (l *Loop) stopAll() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, st := range l.state {
+		if st.cluster != nil {
+			errs = append(errs, st.cluster.Stop())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l *Loop) st(key string) *runState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state[key] == nil {
+		l.state[key] = &runState{group: materialiser.GroupAbsent}
+	}
+	return l.state[key]
+}
+
+// reconcile observes one Cluster, asks the phase machine, performs its operations in
+// order, and writes the status.
+func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	obj, err := l.lister.ByNamespace(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil // gone: its finalizer saw to the teardown
+	}
+	if err != nil {
+		return 0, err
+	}
+	u := obj.(*unstructured.Unstructured).DeepCopy()
+	var cl v1alpha1.Cluster
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &cl); err != nil {
+		return 0, err
+	}
+	st := l.st(key)
+	o, err := l.observe(ctx, &cl, st)
+	if err != nil {
+		return 0, err
+	}
+	r := materialiser.Reconcile(o)
+	for _, op := range r.Ops {
+		if err := l.perform(ctx, op, &cl, st); err != nil {
+			l.writeStatus(ctx, &cl, st, r, fmt.Errorf("%s: %w", op, err))
+			return 0, err
+		}
+	}
+	if slices.Contains(r.Ops, materialiser.OpRemoveFinalizer) {
+		return 0, nil // the object goes
+	}
+	l.writeStatus(ctx, &cl, st, r, nil)
+	// An operation changed the world, not the object: look again now. (A bring-up
+	// enqueues the key itself when it ends.)
+	if len(r.Ops) > 0 && !slices.Contains(r.Ops, materialiser.OpBringUp) && r.Requeue == 0 {
+		r.Requeue = 10 * time.Millisecond
+	}
+	return r.Requeue, nil
+}
+
+func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) (materialiser.Observed, error) {
+	l.mu.Lock()
+	o := materialiser.Observed{
+		Now: time.Now(), Running: cl.Spec.Running == nil || *cl.Spec.Running,
+		Deleting: cl.DeletionTimestamp != nil, HasFinalizer: slices.Contains(cl.Finalizers, v1alpha1.TeardownFinalizer),
+		Phase: materialiser.Phase(cl.Status.Phase), EverReady: st.everReady,
+		Group: st.group, FailedStep: st.failedStep, FailedReason: st.reason, Attempts: st.attempts, LastAttempt: st.lastAttempt,
+	}
+	c := st.cluster
+	l.mu.Unlock()
+	dir := l.P.DataDir(cl.Name)
+	_, err := os.Stat(dir)
+	o.DataDirExists = err == nil
+	o.LeaseHeld = l.leaseOf(cl.Name) != 0
+	if c != nil {
+		if list, err := c.Instances(); err == nil {
+			o.Nodes = len(list)
+		} else {
+			return o, err // an unreadable snapshot is an error, never zero nodes (invariant 14)
+		}
+	}
+	_, err = l.Core.CoreV1().Secrets(cl.Namespace).Get(ctx, kubeconfigSecret(cl.Name), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return o, err
+	}
+	o.KubeconfigSet = err == nil
+	return o, nil
+}
+
+func (l *Loop) leaseOf(name string) int {
+	for _, ls := range l.P.Leases().Leases() {
+		if ls.Holder == name+"/kube-apiserver" {
+			return ls.Port
+		}
+	}
+	return 0
+}
+
+func kubeconfigSecret(cluster string) string { return cluster + "-kubeconfig" }
+
+func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Cluster, st *runState) error {
+	key := cl.Namespace + "/" + cl.Name
+	switch op {
+	case materialiser.OpAddFinalizer, materialiser.OpRemoveFinalizer:
+		fins := slices.DeleteFunc(slices.Clone(cl.Finalizers), func(f string) bool { return f == v1alpha1.TeardownFinalizer })
+		if op == materialiser.OpAddFinalizer {
+			fins = append(fins, v1alpha1.TeardownFinalizer)
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fins, "resourceVersion": cl.ResourceVersion}})
+		_, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).Patch(ctx, cl.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	case materialiser.OpBringUp:
+		l.mu.Lock()
+		st.group, st.lastAttempt = materialiser.GroupStarting, time.Now()
+		l.mu.Unlock()
+		go l.bringUp(key, cl.Name, cl.Namespace)
+		return nil
+	case materialiser.OpStop:
+		l.mu.Lock()
+		c := st.cluster
+		l.mu.Unlock()
+		if c != nil {
+			if err := c.Stop(); err != nil {
+				return err
+			}
+		}
+		l.mu.Lock()
+		st.cluster, st.group = nil, materialiser.GroupAbsent
+		l.mu.Unlock()
+		return nil
+	case materialiser.OpRemoveNodes:
+		l.mu.Lock()
+		c := st.cluster
+		l.mu.Unlock()
+		if c == nil {
+			return errors.New("nodes are listed but the cluster does not run here")
+		}
+		list, err := c.Instances()
+		if err != nil {
+			return err
+		}
+		for _, in := range list {
+			if err := c.RemoveNode(ctx, in.NodeID); err != nil {
+				return err
+			}
+		}
+		return nil
+	case materialiser.OpReleaseLease:
+		if port := l.leaseOf(cl.Name); port != 0 {
+			return l.P.Leases().Release(port, cl.Name+"/kube-apiserver")
+		}
+		return nil
+	case materialiser.OpRemoveDataDir:
+		return os.RemoveAll(l.P.DataDir(cl.Name))
+	case materialiser.OpDeleteKubeconfig:
+		err := l.Core.CoreV1().Secrets(cl.Namespace).Delete(ctx, kubeconfigSecret(cl.Name), metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	return fmt.Errorf("unknown operation %s", op)
+}
+
+// bringUp runs one bring-up (in a slot), delivers the kubeconfig, and watches for an exit.
+func (l *Loop) bringUp(key, name, ns string) {
+	l.slots <- struct{}{}
+	defer func() { <-l.slots }()
+	ctx, cancel := context.WithTimeout(context.Background(), bringUpDeadline)
+	defer cancel()
+	c, err := l.P.Up(ctx, name)
+	if err == nil {
+		err = l.deliverKubeconfig(ctx, c, ns)
+		if err != nil {
+			c.Stop()
+		}
+	}
+	st := l.st(key)
+	l.mu.Lock()
+	if err != nil {
+		st.group, st.attempts, st.reason, st.failedStep = materialiser.GroupFailed, st.attempts+1, err.Error(), "bring-up"
+		if se := (*procgroup.StepError)(nil); errors.As(err, &se) {
+			st.failedStep = se.Step.String()
+		}
+	} else {
+		st.group, st.cluster, st.attempts, st.everReady, st.failedStep, st.reason = materialiser.GroupUp, c, 0, true, "", ""
+		go func() {
+			select {
+			case ex := <-c.Exited():
+				l.mu.Lock()
+				if st.cluster == c {
+					st.group, st.failedStep, st.reason, st.attempts = materialiser.GroupExited, ex.Step.String(), fmt.Sprint(ex.Err), st.attempts+1
+				}
+				l.mu.Unlock()
+				l.queue.Add(key)
+			case <-c.stopping:
+			}
+		}()
+	}
+	l.mu.Unlock()
+	l.queue.Add(key)
+}
+
+// bringUpDeadline parks a bring-up that has not passed every gate by then as failed.
+const bringUpDeadline = 3 * time.Minute
+
+func (l *Loop) deliverKubeconfig(ctx context.Context, c *Cluster, ns string) error {
+	b, err := os.ReadFile(c.TenantKubeconfig)
+	if err != nil {
+		return err
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: kubeconfigSecret(c.Name), Namespace: ns, Labels: managedBy},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{"kubeconfig": b},
+	}
+	_, err = l.Core.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = l.Core.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runState, r materialiser.Result, opErr error) {
+	l.mu.Lock()
+	c := st.cluster
+	l.mu.Unlock()
+	status := v1alpha1.ClusterStatus{Phase: string(r.Phase), Instance: l.Instance, Conditions: slices.Clone(cl.Status.Conditions)}
+	if c != nil && r.Phase == materialiser.PhaseReady {
+		status.URL = c.URL
+		if list, err := c.Instances(); err == nil {
+			status.Nodes = int32(len(list))
+		}
+	}
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: r.Ready.Reason, Message: r.Ready.Message, ObservedGeneration: cl.Generation}
+	if r.Ready.Status {
+		cond.Status = metav1.ConditionTrue
+	}
+	if opErr != nil {
+		cond.Message += "; " + opErr.Error()
+	}
+	meta.SetStatusCondition(&status.Conditions, cond)
+	if equalStatus(cl.Status, status) {
+		return
+	}
+	cl.Status = status
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cl)
+	if err != nil {
+		return
+	}
+	_, _ = l.Front.Resource(ClustersResource).Namespace(cl.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
+}
+
+func equalStatus(a, b v1alpha1.ClusterStatus) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}

@@ -1,0 +1,114 @@
+package clusterprovider
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/livetest"
+	"socialweb.computer/kcp/internal/portallocator"
+	"socialweb.computer/kcp/internal/processrunner"
+)
+
+// Through a front: a Cluster applied there comes up Ready with its URL in status and its
+// kubeconfig delivered as a Secret; deleting it tears everything down, the finalizer last.
+func TestFrontClusterLifecycle(t *testing.T) {
+	fp, _ := liveProvider(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	front := up(t, fp, "frontapi") // the front: any Kubernetes API with the CRDs
+	cfg, err := clientcmd.BuildConfigFromFlags("", front.TenantKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.InstallCRDs(ctx, apiextensions.NewForConfigOrDie(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	core := kubernetes.NewForConfigOrDie(cfg)
+
+	// The provider of tenant clusters, with its own data root and ports.
+	p, err := New(Config{DataRoot: livetest.DataRoot(t), BinDir: binDir(t), Ports: portallocator.Range{First: 34000, Last: 34099}, Grace: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- (&Loop{P: p, Front: dyn, Core: core, Instance: "test"}).Run(loopCtx) }()
+	defer func() { stopLoop(); <-done }()
+
+	clusters := dyn.Resource(ClustersResource).Namespace("default")
+	t0 := time.Now()
+	_, err = clusters.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": "Cluster",
+		"metadata": map[string]any{"name": "acme"}, "spec": map[string]any{"account": "acme"},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var url string
+	eventually(t, 3*time.Minute, "Cluster acme Ready", func() (bool, string) {
+		u, err := clusters.Get(ctx, "acme", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		url, _, _ = unstructured.NestedString(u.Object, "status", "url")
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		return phase == v1alpha1.PhaseReady && url != "", fmt.Sprintf("phase %q url %q conditions %v", phase, url, conds)
+	})
+	t.Logf("step 1: Cluster applied to Ready in %.2fs at %s", time.Since(t0).Seconds(), url)
+	sec, err := core.CoreV1().Secrets("default").Get(ctx, "acme-kubeconfig", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["kubeconfig"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(tcfg).CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the delivered kubeconfig does not reach the tenant: %v", err)
+	}
+
+	t0 = time.Now()
+	if err := clusters.Delete(ctx, "acme", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "Cluster acme gone", func() (bool, string) {
+		_, err := clusters.Get(ctx, "acme", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	t.Logf("step 4: Cluster deleted to gone in %.2fs", time.Since(t0).Seconds())
+	if _, err := os.Stat(p.DataDir("acme")); !os.IsNotExist(err) {
+		t.Error("the DataDir survived the deletion")
+	}
+	if ls := p.Leases().Leases(); len(ls) != 0 {
+		t.Errorf("leases left: %v", ls)
+	}
+	if _, err := core.CoreV1().Secrets("default").Get(ctx, "acme-kubeconfig", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the kubeconfig Secret survived: %v", err)
+	}
+	if ids, _ := processrunnerFind(p, "acme"); len(ids) != 0 {
+		t.Errorf("processes survived: %v", ids)
+	}
+}
+
+func processrunnerFind(p *Provider, name string) ([]string, error) {
+	ids, err := processrunner.FindByMarker(p.DataDir(name)+"/", p.RequiredBinaries())
+	var out []string
+	for _, id := range ids {
+		out = append(out, fmt.Sprint(id.Pid, id.Cmdline))
+	}
+	return out, err
+}
