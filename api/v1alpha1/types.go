@@ -49,7 +49,7 @@ type ClusterStatus struct {
 	Phase      string             `json:"phase,omitempty"`
 	URL        string             `json:"url,omitempty"`
 	Instance   string             `json:"instance,omitempty"` // which provider runs it
-	Nodes      int32              `json:"nodes,omitempty"`
+	Nodes      int32              `json:"nodes"`
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 

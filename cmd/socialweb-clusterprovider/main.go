@@ -4,6 +4,7 @@
 //	socialweb-clusterprovider nodes add NAME [COUNT]   add simulated nodes to a running cluster
 //	socialweb-clusterprovider nodes rm NAME ID...      drain and remove nodes
 //	socialweb-clusterprovider nodes ls NAME            list the cluster's guests
+//	socialweb-clusterprovider serve [flags]            make the Clusters declared on a front real
 //
 // Later verbs (serve, the front) grow beside "up".
 package main
@@ -30,6 +31,7 @@ import (
 
 const usage = `usage: socialweb-clusterprovider up NAME [flags]
        socialweb-clusterprovider nodes add NAME [COUNT] | nodes rm NAME ID... | nodes ls NAME [--data-root DIR]
+       socialweb-clusterprovider serve [--front-kubeconfig FILE] [--data-root DIR] ...
 
 Brings the tenant cluster NAME up (PostgreSQL, kine, kube-apiserver, kube-controller-manager,
 kube-scheduler, socialweb-cloud-controller-manager), prints where its kubeconfig is, and stays up until interrupted; then reaps
@@ -63,8 +65,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return up(args[1:], stdout, stderr)
 	case "nodes":
 		return nodes(args[1:], stdout, stderr)
+	case "serve":
+		return serve(args[1:], stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q (want: up, nodes)", args[0])
+	return fmt.Errorf("unknown command %q (want: up, nodes, serve)", args[0])
 }
 
 type options struct {

@@ -174,3 +174,33 @@ func guardIdentity(ctx context.Context, s clusterstack.Spec, id Identity) error 
 	}
 	return nil
 }
+
+// guardFileIdentity is the guard for a datastore that is a file in the DataDir (the front's
+// SQLite): the identity is kept beside the database, written with a fresh one and compared
+// on every later start, so a database copied in from another cluster is refused.
+func guardFileIdentity(s clusterstack.Spec, want Identity) error {
+	l := s.Layout()
+	if err := os.MkdirAll(l.FrontDBDir(), 0o700); err != nil {
+		return err
+	}
+	path := l.FrontDBIdentity()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		if exists(l.FrontDB()) {
+			return fmt.Errorf("%s exists without %s: %w", l.FrontDB(), path, ErrForeignDatastore)
+		}
+		b, _ = json.Marshal(want)
+		return atomicfile.WriteFile(path, b, 0o600)
+	}
+	if err != nil {
+		return err
+	}
+	var got Identity
+	if err := json.Unmarshal(b, &got); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if got != want {
+		return fmt.Errorf("%s is cluster %s/%s, this DataDir is %s/%s: %w", path, got.Cluster, got.UID, want.Cluster, want.UID, ErrForeignDatastore)
+	}
+	return nil
+}

@@ -197,18 +197,45 @@ func (p *Provider) Up(ctx context.Context, name string) (*Cluster, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
+	return p.upSpec(ctx, clusterstack.Spec{
+		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin,
+		MaxNodes: p.cfg.MaxNodes, PodsPerNode: p.cfg.PodsPerNode, NodeResync: p.cfg.NodeResync,
+	})
+}
+
+// FrontName is the management API server's cluster name; its DataDir is <data-root>/front,
+// apart from the tenants' clusters/, and its lease holder cannot be a tenant's.
+const FrontName = "front"
+
+// UpFront brings up the provider's own management API server (the embedded front): kine on
+// SQLite, kube-apiserver, and a controller-manager for namespaces and garbage collection.
+func (p *Provider) UpFront(ctx context.Context) (*Cluster, error) {
+	return p.upSpec(ctx, clusterstack.Spec{
+		Name: FrontName, DataDir: filepath.Join(p.cfg.DataRoot, FrontName), BinDir: p.cfg.BinDir, Front: true,
+	})
+}
+
+func leaseHolder(s clusterstack.Spec) string {
+	if s.Front {
+		return "socialweb:front/kube-apiserver"
+	}
+	return s.Name + "/kube-apiserver"
+}
+
+func (p *Provider) upSpec(ctx context.Context, s clusterstack.Spec) (*Cluster, error) {
 	if err := p.checkBinaries(); err != nil {
 		return nil, err
 	}
-	if err := checkSocketPaths(p.DataDir(name)); err != nil {
+	if err := checkSocketPaths(s.DataDir); err != nil {
 		return nil, err
 	}
-	holder := name + "/kube-apiserver"
+	holder := leaseHolder(s)
 	port, err := p.book.Acquire(holder)
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.up(ctx, name, port)
+	s.APIServerPort = port
+	c, err := p.up(ctx, s)
 	if err != nil {
 		// Spawn reaped whatever it had started; only now may the lease go (invariant 8).
 		if rerr := p.book.Release(port, holder); rerr != nil {
@@ -219,12 +246,8 @@ func (p *Provider) Up(ctx context.Context, name string) (*Cluster, error) {
 	return c, nil
 }
 
-func (p *Provider) up(ctx context.Context, name string, port int) (*Cluster, error) {
-	s := clusterstack.Spec{
-		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin,
-		APIServerPort: port,
-		MaxNodes:      p.cfg.MaxNodes, PodsPerNode: p.cfg.PodsPerNode, NodeResync: p.cfg.NodeResync,
-	}
+func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error) {
+	name, port := s.Name, s.APIServerPort
 	l := s.Layout()
 	fresh := !exists(l.Root)
 	if err := p.makeDataDir(s); err != nil {
@@ -379,7 +402,7 @@ func (c *Cluster) Stop() error {
 	}
 	if err == nil {
 		// A lease whose holder may still run stays leased (invariant 8).
-		err = c.p.book.Release(c.Port, c.Name+"/kube-apiserver")
+		err = c.p.book.Release(c.Port, leaseHolder(c.Spec))
 	}
 	return err
 }

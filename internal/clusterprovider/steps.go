@@ -54,44 +54,30 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		return componentSpec(s, c, argv, out(c)), nil
 	}
 	var steps []procgroup.Step
-
-	pg, err := spec(procgroup.ComponentPostgres)
-	if err != nil {
-		return nil, err
+	if !s.Front {
+		pgStep, err := postgresStep(s, spec, out)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, pgStep)
 	}
-	pg.User = clusterstack.PostgresUser
-	pg.Dir = l.PostgresDir()
-	pg.StopSignal = syscall.SIGINT // fast shutdown; SIGTERM waits for clients to leave
-	steps = append(steps, procgroup.Step{
-		Name:    procgroup.ComponentPostgres,
-		Spec:    pg,
-		Prepare: func(ctx context.Context) error { return initdb(ctx, s, out(procgroup.ComponentPostgres)) },
-		Ready: all(
-			waitDial("unix", l.PostgresSocket()),
-			func(ctx context.Context) error {
-				return poll(ctx, "postgres: prepare kine's role and database", func(ctx context.Context) (bool, error) {
-					err := prepareDatastore(ctx, s)
-					return err == nil, err
-				})
-			},
-		),
-		ReadyTimeout: postgresReady,
-	})
 
 	kine, err := spec(procgroup.ComponentKine)
 	if err != nil {
 		return nil, err
 	}
-	kine.Env = s.KineEnv()
+	guard := func(ctx context.Context) error { return guardIdentity(ctx, s, in.Identity) }
+	if s.Front {
+		guard = func(context.Context) error { return guardFileIdentity(s, in.Identity) }
+	} else {
+		kine.Env = s.KineEnv()
+	}
 	steps = append(steps, procgroup.Step{
 		Name: procgroup.ComponentKine,
 		Spec: kine,
 		// Before kine starts, prove the datastore it will serve is this cluster's: the
 		// guard rides the last step before the control plane (invariant 9).
-		Prepare: all(
-			func(ctx context.Context) error { return guardIdentity(ctx, s, in.Identity) },
-			func(context.Context) error { return removeStale(l.KineSocket()) },
-		),
+		Prepare:      all(guard, func(context.Context) error { return removeStale(l.KineSocket()) }),
 		Ready:        waitDial("unix", l.KineSocket()),
 		ReadyTimeout: kineReady,
 	})
@@ -118,6 +104,9 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		}
 		steps = append(steps, step)
 	}
+	if s.Front {
+		return steps, validateSteps(steps)
+	}
 
 	// The CCM comes after the control plane (seed D1): its credential, its RBAC and the
 	// instance snapshot exist before it starts (D3, D4, invariant 10); its environment is
@@ -139,10 +128,42 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		Ready:        ready.wait,
 		ReadyTimeout: ccmReady,
 	})
+	return steps, validateSteps(steps)
+}
+
+func validateSteps(steps []procgroup.Step) error {
 	if err := CheckGuardSeam(steps); err != nil {
-		return nil, err
+		return err
 	}
-	return steps, procgroup.Validate(steps)
+	return procgroup.Validate(steps)
+}
+
+// postgresStep is the tenant's datastore: initdb on first start, then Postgres as the
+// postgres user, ready once kine's role and database exist.
+func postgresStep(s clusterstack.Spec, spec func(procgroup.Component) (processrunner.Spec, error), out func(procgroup.Component) io.Writer) (procgroup.Step, error) {
+	l := s.Layout()
+	pg, err := spec(procgroup.ComponentPostgres)
+	if err != nil {
+		return procgroup.Step{}, err
+	}
+	pg.User = clusterstack.PostgresUser
+	pg.Dir = l.PostgresDir()
+	pg.StopSignal = syscall.SIGINT // fast shutdown; SIGTERM waits for clients to leave
+	return procgroup.Step{
+		Name:    procgroup.ComponentPostgres,
+		Spec:    pg,
+		Prepare: func(ctx context.Context) error { return initdb(ctx, s, out(procgroup.ComponentPostgres)) },
+		Ready: all(
+			waitDial("unix", l.PostgresSocket()),
+			func(ctx context.Context) error {
+				return poll(ctx, "postgres: prepare kine's role and database", func(ctx context.Context) (bool, error) {
+					err := prepareDatastore(ctx, s)
+					return err == nil, err
+				})
+			},
+		),
+		ReadyTimeout: postgresReady,
+	}, nil
 }
 
 // componentSpec runs a component of s from its DataDir, its output prefixed with its name.

@@ -24,6 +24,10 @@ type Spec struct {
 	ServiceCIDR   string // the tenant's service range; "" means DefaultServiceCIDR
 	// K3sBinary, when set, selects the k3s flavour of the control plane.
 	K3sBinary string
+	// Front makes this the provider's own management API server: kine on SQLite (no
+	// Postgres), kube-apiserver, and a controller-manager for namespaces and garbage
+	// collection; no scheduler, no CCM.
+	Front bool
 	// The cloud controller manager's node policy; zero values take the CCM's defaults.
 	MaxNodes    int           // at most this many Nodes are initialized; 0 is no quota
 	PodsPerNode int           // published on each Node the CCM initializes
@@ -49,6 +53,9 @@ const (
 
 // ControlPlane returns the control-plane components of this stack (its flavour), in start order.
 func (s Spec) ControlPlane() []procgroup.Component {
+	if s.Front {
+		return []procgroup.Component{procgroup.ComponentAPIServer, procgroup.ComponentControllerManager}
+	}
 	if s.K3sBinary != "" {
 		return []procgroup.Component{procgroup.ComponentK3s}
 	}

@@ -51,10 +51,19 @@ func (s Spec) ControllerManagerArgv() []string {
 		"cluster-signing-cert-file":        l.CACert(),
 		"cluster-signing-key-file":         l.CAKey(),
 		"cluster-name":                     s.Name,
-		"controllers":                      "*,bootstrapsigner,tokencleaner",
+		"controllers":                      s.controllers(),
 		"service-cluster-ip-range":         s.serviceCIDR(),
 		"profiling":                        "false",
 	})...)
+}
+
+// controllers are the controller-manager's: all of them (plus the bootstrap-token ones) for
+// a tenant; for the front, only namespace deletion, garbage collection and service accounts.
+func (s Spec) controllers() string {
+	if s.Front {
+		return "namespace,garbagecollector,serviceaccount,serviceaccount-token"
+	}
+	return "*,bootstrapsigner,tokencleaner"
 }
 
 // SchedulerArgv listens on nothing.

@@ -18,8 +18,13 @@ const KineMaxOpenConnections = 20
 // KineArgv serves the etcd API on a unix socket only; its metrics listener is off, so the
 // apiserver's port is the stack's only TCP port.
 func (s Spec) KineArgv() []string {
+	endpoint := s.KineDSN()
+	if s.Front {
+		// The front's own state: small, one writer, no Postgres to run for it.
+		endpoint = "sqlite://" + s.Layout().FrontDB() + "?_journal=WAL&cache=shared&_busy_timeout=30000"
+	}
 	return append([]string{s.Bin("kine")}, flags(map[string]string{
-		"endpoint":                       s.KineDSN(),
+		"endpoint":                       endpoint,
 		"listen-address":                 "unix://" + s.Layout().KineSocket(),
 		"metrics-bind-address":           "0",
 		"datastore-max-open-connections": strconv.Itoa(KineMaxOpenConnections),

@@ -23,6 +23,11 @@ func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
 func (l Layout) Identity() string   { return l.path("identity.json") }
 func (l Layout) KineSocket() string { return l.path("run", "kine.sock") }
 
+// The front's datastore: kine's SQLite file, and the identity the guard keeps beside it.
+func (l Layout) FrontDBDir() string      { return l.path("kine") }
+func (l Layout) FrontDB() string         { return l.path("kine", "state.db") }
+func (l Layout) FrontDBIdentity() string { return l.path("kine", "identity.json") }
+
 // ControlSocket is where a running provider takes node requests for this cluster (root only).
 func (l Layout) ControlSocket() string { return l.path("run", "control.sock") }
 func (l Layout) PostgresSocket() string {

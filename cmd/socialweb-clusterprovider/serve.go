@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/atomicfile"
+	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/portallocator"
+)
+
+// serve is the provider as a service: Clusters declared on a front are made real.
+func serve(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataRoot := fs.String("data-root", envOr("SOCIALWEB_DATA_ROOT", "/var/lib/socialweb-kcp"), "the lease book, the front's and every cluster's DataDir (env SOCIALWEB_DATA_ROOT)")
+	binDir := fs.String("bin-dir", envOr("SOCIALWEB_BIN_DIR", defaultBinDir()), "where kine and the Kubernetes binaries are (env SOCIALWEB_BIN_DIR)")
+	ports := fs.String("port-range", envOr("SOCIALWEB_PORT_RANGE", "30000-30999"), "ports the apiservers may lease, FIRST-LAST (env SOCIALWEB_PORT_RANGE)")
+	frontKubeconfig := fs.String("front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
+	maxBringUps := fs.Int("max-bring-ups", 2, "bring-ups run at once")
+	verbose := fs.Bool("v", false, "copy every component's log to stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve takes no arguments (got %q)", fs.Args())
+	}
+	if *maxBringUps < 1 {
+		return fmt.Errorf("--max-bring-ups: %d; want 1 or more", *maxBringUps)
+	}
+	rng, err := portallocator.ParseRange(*ports)
+	if err != nil {
+		return fmt.Errorf("--port-range: %w", err)
+	}
+	cfg := clusterprovider.Config{DataRoot: *dataRoot, BinDir: *binDir, Ports: rng}
+	if *verbose {
+		cfg.Log = stderr
+	}
+	p, err := clusterprovider.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	kubeconfig := *frontKubeconfig
+	var front *clusterprovider.Cluster
+	if kubeconfig == "" {
+		t0 := time.Now()
+		fmt.Fprintln(stdout, "bringing up the front (kine on SQLite, kube-apiserver, kube-controller-manager)")
+		upCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		front, err = p.UpFront(upCtx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("front: %w", err)
+		}
+		defer front.Stop()
+		b, err := os.ReadFile(front.TenantKubeconfig)
+		if err != nil {
+			return err
+		}
+		kubeconfig = filepath.Join(*dataRoot, "operator.kubeconfig")
+		if err := atomicfile.WriteFile(kubeconfig, b, 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "front is Ready in %.2fs at %s\n", time.Since(t0).Seconds(), front.URL)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--front-kubeconfig: %w", err)
+	}
+	if err := v1alpha1.InstallCRDs(ctx, apiextensions.NewForConfigOrDie(rc)); err != nil {
+		return fmt.Errorf("front: install the CRDs: %w", err)
+	}
+	host, _ := os.Hostname()
+	loop := &clusterprovider.Loop{P: p, Front: dynamic.NewForConfigOrDie(rc), Core: kubernetes.NewForConfigOrDie(rc), Instance: host, MaxBringUps: *maxBringUps}
+	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
+	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)
+	loopCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(loopCtx) }()
+	var died error
+	if front != nil {
+		select {
+		case <-ctx.Done():
+		case ex := <-front.Exited():
+			died = fmt.Errorf("front: %s exited on its own (%v)", ex.Step, ex.Err)
+		case err := <-done:
+			return errors.Join(err, errors.New("the reconcile loop ended"))
+		}
+	} else {
+		select {
+		case <-ctx.Done():
+		case err := <-done:
+			return errors.Join(err, errors.New("the reconcile loop ended"))
+		}
+	}
+	fmt.Fprintln(stdout, "stopping: every cluster, then the front; data kept")
+	cancel()
+	err = <-done
+	if front != nil {
+		err = errors.Join(err, front.Stop())
+	}
+	if err == nil && died == nil {
+		fmt.Fprintln(stdout, "stopped; nothing is running")
+	}
+	return errors.Join(died, err)
+}

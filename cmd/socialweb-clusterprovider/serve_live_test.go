@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"socialweb.computer/kcp/internal/livetest"
+	"socialweb.computer/kcp/internal/processrunner"
+)
+
+// The service as an operator runs it: serve with its embedded front, then plain kubectl:
+// apply a Cluster, see it Ready, reach it with the delivered kubeconfig, delete it, and
+// Ctrl-C leaves nothing, the front included.
+func TestServeWithItsOwnFront(t *testing.T) {
+	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	root := livetest.DataRoot(t)
+	r := startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33200-33299")
+	r.waitLine(t, "serving Clusters")
+	op := filepath.Join(root, "operator.kubeconfig")
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", op}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
+	os.WriteFile(manifest, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: web, namespace: default}\nspec: {account: acme}\n"), 0o600)
+	t0 := time.Now()
+	kubectl("apply", "-f", manifest)
+	eventually(t, 3*time.Minute, "Cluster web Ready", func() (bool, string) {
+		out := kubectl("get", "clusters", "web", "-o", "jsonpath={.status.phase}")
+		return out == "Ready", out
+	})
+	t.Logf("kubectl apply to Ready in %.2fs", time.Since(t0).Seconds())
+	t.Log(kubectl("get", "clusters"))
+	kc := filepath.Join(t.TempDir(), "web.kubeconfig")
+	b := kubectl("get", "secret", "web-kubeconfig", "-o", "jsonpath={.data.kubeconfig}")
+	raw, err := base64.StdEncoding.DecodeString(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(kc, raw, 0o600)
+	out, err := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", kc, "get", "ns", "kube-system", "-o", "name").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "namespace/kube-system" {
+		t.Fatalf("the delivered kubeconfig: %q, %v", out, err)
+	}
+	kubectl("delete", "-f", manifest, "--wait=true", "--timeout=120s")
+	if _, err := os.Stat(filepath.Join(root, "clusters", "web")); !os.IsNotExist(err) {
+		t.Error("the Cluster's DataDir survived its deletion")
+	}
+
+	r.cmd.Process.Signal(syscall.SIGINT)
+	r.waitLine(t, "stopped; nothing is running")
+	if err := r.cmd.Wait(); err != nil {
+		t.Fatalf("exit after Ctrl-C: %v", err)
+	}
+	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "socialweb-cloud-controller-manager")}
+	if left, _ := processrunner.FindByMarker(root+"/", programs); len(left) != 0 {
+		t.Fatalf("left running after Ctrl-C: %v", left)
+	}
+}
+
+// eventually polls check until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, check func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, seen := check()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last seen: %s", what, within, seen)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
