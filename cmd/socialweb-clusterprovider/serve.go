@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -87,7 +88,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("front: install the CRDs: %w", err)
 	}
 	host, _ := os.Hostname()
-	loop := &clusterprovider.Loop{P: p, Front: dynamic.NewForConfigOrDie(rc), Core: kubernetes.NewForConfigOrDie(rc), Instance: host, MaxBringUps: *maxBringUps}
+	loop := &clusterprovider.Loop{P: p, Front: dynamic.NewForConfigOrDie(rc), Core: kubernetes.NewForConfigOrDie(rc), Instance: host, MaxBringUps: *maxBringUps,
+		Log: slog.New(slog.NewTextHandler(stderr, nil))}
 	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)
 	loopCtx, cancel := context.WithCancel(ctx)

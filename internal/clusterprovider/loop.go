@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"sync"
@@ -43,6 +44,9 @@ type Loop struct {
 	Instance string               // status.instance: which provider runs the clusters
 	// MaxBringUps bounds concurrent bring-ups (default 2: each is CPU-heavy).
 	MaxBringUps int
+	// Log gets one structured line per decision that acts, and per failure, each with the
+	// cluster's namespace/name; nil discards.
+	Log *slog.Logger
 
 	queue  workqueue.TypedRateLimitingInterface[string]
 	lister cache.GenericLister
@@ -67,6 +71,9 @@ type runState struct {
 func (l *Loop) Run(ctx context.Context) error {
 	if l.MaxBringUps <= 0 {
 		l.MaxBringUps = 2
+	}
+	if l.Log == nil {
+		l.Log = slog.New(slog.DiscardHandler)
 	}
 	l.slots = make(chan struct{}, l.MaxBringUps)
 	l.state = map[string]*runState{}
@@ -159,8 +166,13 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		return 0, err
 	}
 	r := materialiser.Reconcile(o)
+	log := l.Log.With("cluster", key)
+	if len(r.Ops) > 0 || string(r.Phase) != cl.Status.Phase {
+		log.Info("reconcile", "phase", r.Phase, "reason", r.Ready.Reason, "ops", r.Ops, "group", o.Group, "nodes", o.Nodes)
+	}
 	for _, op := range r.Ops {
 		if err := l.perform(ctx, op, &cl, st); err != nil {
+			log.Error("operation failed", "op", op, "err", err)
 			l.writeStatus(ctx, &cl, st, r, fmt.Errorf("%s: %w", op, err))
 			return 0, err
 		}
@@ -182,8 +194,11 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 	o := materialiser.Observed{
 		Now: time.Now(), Running: cl.Spec.Running == nil || *cl.Spec.Running,
 		Deleting: cl.DeletionTimestamp != nil, HasFinalizer: slices.Contains(cl.Finalizers, v1alpha1.TeardownFinalizer),
-		Phase: materialiser.Phase(cl.Status.Phase), EverReady: st.everReady,
-		Group: st.group, FailedStep: st.failedStep, FailedReason: st.reason, Attempts: st.attempts, LastAttempt: st.lastAttempt,
+		Phase: materialiser.Phase(cl.Status.Phase),
+		// A cluster that was Ready under an earlier run of the provider comes back as
+		// Unavailable, not Initializing.
+		EverReady: st.everReady || cl.Status.Phase == v1alpha1.PhaseReady || cl.Status.Phase == v1alpha1.PhaseUnavailable,
+		Group:     st.group, FailedStep: st.failedStep, FailedReason: st.reason, Attempts: st.attempts, LastAttempt: st.lastAttempt,
 	}
 	c := st.cluster
 	l.mu.Unlock()
@@ -227,6 +242,9 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fins, "resourceVersion": cl.ResourceVersion}})
 		_, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).Patch(ctx, cl.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if op == materialiser.OpRemoveFinalizer && apierrors.IsNotFound(err) {
+			return nil // already gone: an earlier pass removed it and the cache lagged
+		}
 		return err
 	case materialiser.OpBringUp:
 		l.mu.Lock()
@@ -367,7 +385,10 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 	if err != nil {
 		return
 	}
-	_, _ = l.Front.Resource(ClustersResource).Namespace(cl.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
+	// A conflict is no news: the object changed, and its update event brings the next pass.
+	if _, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		l.Log.Warn("status not written", "cluster", cl.Namespace+"/"+cl.Name, "err", err)
+	}
 }
 
 func equalStatus(a, b v1alpha1.ClusterStatus) bool {
