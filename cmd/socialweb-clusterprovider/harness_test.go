@@ -57,8 +57,8 @@ func startProvider(t *testing.T, exe string, args ...string) *running {
 	return r
 }
 
-// waitLine reads the provider's output until a line contains what.
-func (r *running) waitLine(t *testing.T, what string) {
+// waitLine reads the provider's output until a line contains what, and returns that line.
+func (r *running) waitLine(t *testing.T, what string) string {
 	t.Helper()
 	deadline := time.After(3 * time.Minute)
 	for {
@@ -69,7 +69,7 @@ func (r *running) waitLine(t *testing.T, what string) {
 			}
 			t.Log(l)
 			if strings.Contains(l, what) {
-				return
+				return l
 			}
 		case <-deadline:
 			t.Fatalf("no %q within 3 minutes", what)

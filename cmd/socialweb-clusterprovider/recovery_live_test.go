@@ -25,7 +25,7 @@ import (
 func TestTheServiceRecovers(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	args := []string{"serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33300-33399"}
+	args := []string{"serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33300-33399", "--metrics-address", "127.0.0.1:0"}
 	r := startProvider(t, exe, args...)
 	r.waitLine(t, "serving Clusters")
 	op := filepath.Join(root, "operator.kubeconfig")

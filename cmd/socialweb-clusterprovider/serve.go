@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +36,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	ports := fs.String("port-range", envOr("SOCIALWEB_PORT_RANGE", "30000-30999"), "ports the apiservers may lease, FIRST-LAST (env SOCIALWEB_PORT_RANGE)")
 	frontKubeconfig := fs.String("front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
 	maxBringUps := fs.Int("max-bring-ups", 2, "bring-ups run at once")
+	metricsAddr := fs.String("metrics-address", "127.0.0.1:9464", "where /metrics listens (host:port; port 0 picks one)")
 	verbose := fs.Bool("v", false, "copy every component's log to stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,8 +92,19 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("front: install the CRDs: %w", err)
 	}
 	host, _ := os.Hostname()
+	metrics := clusterprovider.NewMetrics()
+	ml, err := net.Listen("tcp", *metricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics-address: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go msrv.Serve(ml)
+	defer msrv.Close()
+	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", ml.Addr())
 	loop := &clusterprovider.Loop{P: p, Front: dynamic.NewForConfigOrDie(rc), Core: kubernetes.NewForConfigOrDie(rc), Instance: host, MaxBringUps: *maxBringUps,
-		Log: slog.New(slog.NewTextHandler(stderr, nil))}
+		Log: slog.New(slog.NewTextHandler(stderr, nil)), Metrics: metrics}
 	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)
 	loopCtx, cancel := context.WithCancel(ctx)

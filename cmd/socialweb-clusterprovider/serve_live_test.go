@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/base64"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +22,9 @@ import (
 func TestServeWithItsOwnFront(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	r := startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33200-33299")
+	r := startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33200-33299", "--metrics-address", "127.0.0.1:0")
+	metricsURL := r.waitLine(t, "metrics: ")
+	metricsURL = strings.TrimPrefix(metricsURL, "metrics: ")
 	r.waitLine(t, "serving Clusters")
 	op := filepath.Join(root, "operator.kubeconfig")
 	kubectl := func(args ...string) string {
@@ -41,6 +45,17 @@ func TestServeWithItsOwnFront(t *testing.T) {
 	})
 	t.Logf("kubectl apply to Ready in %.2fs", time.Since(t0).Seconds())
 	t.Log(kubectl("get", "clusters"))
+	res, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{`socialweb_clusters{phase="Ready"} 1`, "socialweb_cluster_bringup_seconds_count 1", `socialweb_cluster_nodes{cluster="default/web"} 0`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 	kc := filepath.Join(t.TempDir(), "web.kubeconfig")
 	b := kubectl("get", "secret", "web-kubeconfig", "-o", "jsonpath={.data.kubeconfig}")
 	raw, err := base64.StdEncoding.DecodeString(b)

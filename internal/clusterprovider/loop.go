@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,6 +48,9 @@ type Loop struct {
 	// Log gets one structured line per decision that acts, and per failure, each with the
 	// cluster's namespace/name; nil discards.
 	Log *slog.Logger
+	// Metrics, when set, are kept up to date.
+	Metrics   *Metrics
+	metricsMu sync.Mutex
 
 	queue  workqueue.TypedRateLimitingInterface[string]
 	lister cache.GenericLister
@@ -74,6 +78,9 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	if l.Log == nil {
 		l.Log = slog.New(slog.DiscardHandler)
+	}
+	if l.Metrics == nil {
+		l.Metrics = NewMetrics()
 	}
 	l.slots = make(chan struct{}, l.MaxBringUps)
 	l.state = map[string]*runState{}
@@ -150,6 +157,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	obj, err := l.lister.ByNamespace(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		l.observePhase(key, "", 0)
 		return 0, nil // gone: its finalizer saw to the teardown
 	}
 	if err != nil {
@@ -159,6 +167,16 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	var cl v1alpha1.Cluster
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &cl); err != nil {
 		return 0, err
+	}
+	// A cluster's name is its DataDir and its lease: unique on this provider, whatever the
+	// namespace. The oldest Cluster of a name owns it; another one is refused and, when
+	// deleted, lets go of its finalizer without touching the owner's cluster.
+	all, err := l.lister.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	if owner := NameOwner(all, cl.Name); owner != key {
+		return 0, l.refuseName(ctx, &cl, owner)
 	}
 	st := l.st(key)
 	o, err := l.observe(ctx, &cl, st)
@@ -181,6 +199,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		return 0, nil // the object goes
 	}
 	l.writeStatus(ctx, &cl, st, r, nil)
+	l.observePhase(key, r.Phase, o.Nodes)
 	// An operation changed the world, not the object: look again now. (A bring-up
 	// enqueues the key itself when it ends.)
 	if len(r.Ops) > 0 && !slices.Contains(r.Ops, materialiser.OpBringUp) && r.Requeue == 0 {
@@ -232,6 +251,53 @@ func (l *Loop) leaseOf(name string) int {
 
 func kubeconfigSecret(cluster string) string { return cluster + "-kubeconfig" }
 
+func (l *Loop) observePhase(key string, p materialiser.Phase, nodes int) {
+	l.metricsMu.Lock()
+	defer l.metricsMu.Unlock()
+	l.Metrics.setPhase(key, p)
+	if p != "" {
+		l.Metrics.nodes.WithLabelValues(key).Set(float64(nodes))
+	}
+}
+
+// NameOwner is the namespace/name key of the oldest Cluster named name (the namespace
+// breaks a tie), the one that owns the name on this provider.
+func NameOwner(objs []runtime.Object, name string) string {
+	var owner metav1.Object
+	for _, o := range objs {
+		m, err := meta.Accessor(o)
+		if err != nil || m.GetName() != name {
+			continue
+		}
+		if owner == nil {
+			owner = m
+			continue
+		}
+		mt, ot := m.GetCreationTimestamp(), owner.GetCreationTimestamp()
+		if mt.Before(&ot) || mt.Equal(&ot) && m.GetNamespace() < owner.GetNamespace() {
+			owner = m
+		}
+	}
+	if owner == nil {
+		return ""
+	}
+	return owner.GetNamespace() + "/" + owner.GetName()
+}
+
+// refuseName marks a Cluster whose name another namespace owns, and lets a deleted one go.
+func (l *Loop) refuseName(ctx context.Context, cl *v1alpha1.Cluster, owner string) error {
+	if cl.DeletionTimestamp != nil {
+		if slices.Contains(cl.Finalizers, v1alpha1.TeardownFinalizer) {
+			return l.perform(ctx, materialiser.OpRemoveFinalizer, cl, &runState{})
+		}
+		return nil
+	}
+	r := materialiser.Result{Phase: materialiser.PhaseUnavailable, Ready: materialiser.Condition{
+		Reason: "NameTaken", Message: fmt.Sprintf("cluster name %q is owned by %s on this provider; choose another name", cl.Name, owner)}}
+	l.writeStatus(ctx, cl, &runState{}, r, nil)
+	return nil
+}
+
 func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Cluster, st *runState) error {
 	key := cl.Namespace + "/" + cl.Name
 	switch op {
@@ -250,16 +316,18 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		l.mu.Lock()
 		st.group, st.lastAttempt = materialiser.GroupStarting, time.Now()
 		l.mu.Unlock()
-		go l.bringUp(key, cl.Name, cl.Namespace)
+		go l.bringUp(key, cl.Name, cl.Namespace, NodePolicy{MaxNodes: int(cl.Spec.MaxNodes), PodsPerNode: int(cl.Spec.PodsPerNode)})
 		return nil
 	case materialiser.OpStop:
 		l.mu.Lock()
 		c := st.cluster
 		l.mu.Unlock()
 		if c != nil {
+			t0 := time.Now()
 			if err := c.Stop(); err != nil {
 				return err
 			}
+			l.Metrics.teardown.Observe(time.Since(t0).Seconds())
 		}
 		l.mu.Lock()
 		st.cluster, st.group = nil, materialiser.GroupAbsent
@@ -300,12 +368,16 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 }
 
 // bringUp runs one bring-up (in a slot), delivers the kubeconfig, and watches for an exit.
-func (l *Loop) bringUp(key, name, ns string) {
+func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 	l.slots <- struct{}{}
 	defer func() { <-l.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), bringUpDeadline)
 	defer cancel()
-	c, err := l.P.Up(ctx, name)
+	t0 := time.Now()
+	c, err := l.P.UpWith(ctx, name, np)
+	if err == nil {
+		l.Metrics.bringUp.Observe(time.Since(t0).Seconds())
+	}
 	if err == nil {
 		err = l.deliverKubeconfig(ctx, c, ns)
 		if err != nil {
@@ -327,6 +399,7 @@ func (l *Loop) bringUp(key, name, ns string) {
 				l.mu.Lock()
 				if st.cluster == c {
 					st.group, st.failedStep, st.reason, st.attempts = materialiser.GroupExited, ex.Step.String(), fmt.Sprint(ex.Err), st.attempts+1
+					l.Metrics.restarts.WithLabelValues(ex.Step.String()).Inc()
 				}
 				l.mu.Unlock()
 				l.queue.Add(key)

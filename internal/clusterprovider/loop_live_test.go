@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,7 +55,7 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	t0 := time.Now()
 	_, err = clusters.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": "Cluster",
-		"metadata": map[string]any{"name": "acme"}, "spec": map[string]any{"account": "acme"},
+		"metadata": map[string]any{"name": "acme"}, "spec": map[string]any{"account": "acme", "maxNodes": 3, "podsPerNode": 20},
 	}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +72,48 @@ func TestFrontClusterLifecycle(t *testing.T) {
 		return phase == v1alpha1.PhaseReady && url != "", fmt.Sprintf("phase %q url %q conditions %v", phase, url, conds)
 	})
 	t.Logf("step 1: Cluster applied to Ready in %.2fs at %s", time.Since(t0).Seconds(), url)
+	// The Cluster's own node policy reaches its CCM.
+	ccms, _ := processrunner.FindByMarker(p.DataDir("acme")+"/", []string{filepath.Join(binDir(t), "socialweb-cloud-controller-manager")})
+	if len(ccms) != 1 {
+		t.Fatalf("CCMs of acme: %v", ccms)
+	}
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", ccms[0].Pid))
+	for _, kv := range []string{"SOCIALWEB_CLOUDCONTROLLERMANAGER_MAX_NODES=3", "SOCIALWEB_CLOUDCONTROLLERMANAGER_PODS_PER_NODE=20"} {
+		if !strings.Contains(string(environ), kv) {
+			t.Errorf("the CCM's environment lacks %s", kv)
+		}
+	}
+
+	// The same name in another namespace is refused, and its deletion touches nothing.
+	if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	twin := dyn.Resource(ClustersResource).Namespace("other")
+	if _, err := twin.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": "Cluster",
+		"metadata": map[string]any{"name": "acme"}, "spec": map[string]any{"account": "rival"},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "other/acme refused", func() (bool, string) {
+		u, err := twin.Get(ctx, "acme", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		return strings.Contains(fmt.Sprint(conds), "NameTaken"), fmt.Sprint(conds)
+	})
+	if err := twin.Delete(ctx, "acme", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "other/acme gone", func() (bool, string) {
+		_, err := twin.Get(ctx, "acme", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if u, _ := clusters.Get(ctx, "acme", metav1.GetOptions{}); u == nil || fmt.Sprint(u.Object["status"].(map[string]any)["phase"]) != "Ready" {
+		t.Fatal("deleting the refused twin touched the owner")
+	}
+
 	sec, err := core.CoreV1().Secrets("default").Get(ctx, "acme-kubeconfig", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

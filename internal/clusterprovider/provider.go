@@ -194,12 +194,24 @@ func (c *Cluster) NodeGroup() *procgroup.Group {
 // (a bad name, a missing binary, no free port, an unwritable DataDir) is an error that
 // changes nothing and leaves nothing running.
 func (p *Provider) Up(ctx context.Context, name string) (*Cluster, error) {
+	return p.UpWith(ctx, name, NodePolicy{MaxNodes: p.cfg.MaxNodes, PodsPerNode: p.cfg.PodsPerNode})
+}
+
+// NodePolicy is one cluster's node quota and pods per node, for its CCM; zero values take
+// the CCM's defaults.
+type NodePolicy struct {
+	MaxNodes    int
+	PodsPerNode int
+}
+
+// UpWith is Up with the cluster's own node policy (a Cluster's spec on the front).
+func (p *Provider) UpWith(ctx context.Context, name string, np NodePolicy) (*Cluster, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
 	return p.upSpec(ctx, clusterstack.Spec{
 		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin,
-		MaxNodes: p.cfg.MaxNodes, PodsPerNode: p.cfg.PodsPerNode, NodeResync: p.cfg.NodeResync,
+		MaxNodes: np.MaxNodes, PodsPerNode: np.PodsPerNode, NodeResync: p.cfg.NodeResync,
 	})
 }
 
