@@ -76,3 +76,26 @@ func (r *running) waitLine(t *testing.T, what string) string {
 		}
 	}
 }
+
+func eventually(t *testing.T, within time.Duration, what string, check func() (bool, string)) {
+	t.Helper()
+	livetest.Eventually(t, within, what, check)
+}
+
+// startServe starts "serve" with its own front under root, its apiservers in ports, and
+// returns it with a kubectl bound to its operator kubeconfig and its /metrics URL.
+func startServe(t *testing.T, exe, bin, root, ports string) (r *running, kubectl func(args ...string) string, metricsURL string) {
+	t.Helper()
+	r = startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", ports, "--metrics-address", "127.0.0.1:0")
+	metricsURL = strings.TrimPrefix(r.waitLine(t, "metrics: "), "metrics: ")
+	r.waitLine(t, "serving Clusters")
+	op := filepath.Join(root, "operator.kubeconfig")
+	return r, func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", op}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}, metricsURL
+}

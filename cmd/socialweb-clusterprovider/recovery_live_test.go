@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -25,18 +24,7 @@ import (
 func TestTheServiceRecovers(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	args := []string{"serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33300-33399", "--metrics-address", "127.0.0.1:0"}
-	r := startProvider(t, exe, args...)
-	r.waitLine(t, "serving Clusters")
-	op := filepath.Join(root, "operator.kubeconfig")
-	kubectl := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", op}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	r, kubectl, _ := startServe(t, exe, bin, root, "33300-33399")
 	phase := func(name string) string { return kubectl("get", "clusters", name, "-o", "jsonpath={.status.phase}") }
 	waitPhase := func(name, want string) {
 		t.Helper()
@@ -104,8 +92,7 @@ spec: {account: acme}
 		before, _ := processrunner.FindByMarker(root+"/", programs)
 		r.cmd.Process.Signal(syscall.SIGKILL)
 		r.cmd.Wait()
-		r = startProvider(parent, exe, args...) // it outlives this subtest
-		r.waitLine(t, "serving Clusters")
+		r, _, _ = startServe(parent, exe, bin, root, "33300-33399") // it outlives this subtest
 		// The status still says Ready from before the crash: wait for this run's own
 		// verdict, Unavailable while it brings them back, then Ready.
 		waitPhase("one", "Unavailable")

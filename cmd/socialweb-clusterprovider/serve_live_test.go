@@ -22,19 +22,7 @@ import (
 func TestServeWithItsOwnFront(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	r := startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33200-33299", "--metrics-address", "127.0.0.1:0")
-	metricsURL := r.waitLine(t, "metrics: ")
-	metricsURL = strings.TrimPrefix(metricsURL, "metrics: ")
-	r.waitLine(t, "serving Clusters")
-	op := filepath.Join(root, "operator.kubeconfig")
-	kubectl := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", op}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	r, kubectl, metricsURL := startServe(t, exe, bin, root, "33200-33299")
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
 	os.WriteFile(manifest, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: web, namespace: default}\nspec: {account: acme}\n"), 0o600)
 	t0 := time.Now()
@@ -80,21 +68,5 @@ func TestServeWithItsOwnFront(t *testing.T) {
 	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "socialweb-cloud-controller-manager")}
 	if left, _ := processrunner.FindByMarker(root+"/", programs); len(left) != 0 {
 		t.Fatalf("left running after Ctrl-C: %v", left)
-	}
-}
-
-// eventually polls check until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, check func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, seen := check()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen: %s", what, within, seen)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/instancesnapshot"
+	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/nodeprovider"
 	"socialweb.computer/kcp/internal/pki"
 	"socialweb.computer/kcp/internal/procgroup"
@@ -30,21 +31,9 @@ import (
 
 const uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
 
-// eventually polls check until it holds or the deadline passes; the failure says what was
-// last seen.
 func eventually(t *testing.T, within time.Duration, what string, check func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, seen := check()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen: %s", what, within, seen)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	livetest.Eventually(t, within, what, check)
 }
 
 // guest is the snapshot record of node id in cluster, named by the one derivation.

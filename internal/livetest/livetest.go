@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // Required reports whether live tests must run (CI sets SOCIALWEB_REQUIRE_LIVE=1).
@@ -57,4 +58,21 @@ func DataRoot(t testing.TB) string {
 		os.Chmod(d, 0o711)
 	}
 	return root
+}
+
+// Eventually polls check until it holds or within has passed; the failure says what was
+// last seen. Live tests wait on conditions with a deadline, never on a fixed sleep.
+func Eventually(t testing.TB, within time.Duration, what string, check func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, seen := check()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last seen: %s", what, within, seen)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
