@@ -320,8 +320,13 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		return nil
 	case materialiser.OpStop:
 		l.mu.Lock()
-		c := st.cluster
+		c, starting := st.cluster, st.group == materialiser.GroupStarting
 		l.mu.Unlock()
+		if starting {
+			// Its lease and DataDir are in use: nothing further may go until the
+			// bring-up has ended and can be reaped.
+			return errBringUpUnderWay
+		}
 		if c != nil {
 			t0 := time.Now()
 			if err := c.Stop(); err != nil {
@@ -410,6 +415,9 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 	l.mu.Unlock()
 	l.queue.Add(key)
 }
+
+// errBringUpUnderWay: a stop must wait for the bring-up that is running to end.
+var errBringUpUnderWay = errors.New("a bring-up is under way; stopping once it ends")
 
 // bringUpDeadline parks a bring-up that has not passed every gate by then as failed.
 const bringUpDeadline = 3 * time.Minute
