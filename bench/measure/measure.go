@@ -69,3 +69,12 @@ func Check(err error) {
 		os.Exit(1)
 	}
 }
+
+// DataRoot makes a fresh data root the postgres user can traverse (0711) and returns it
+// with the function that removes it.
+func DataRoot() (string, func()) {
+	root, err := os.MkdirTemp("", "socialweb-bench-")
+	Check(err)
+	Check(os.Chmod(root, 0o711))
+	return root, func() { os.RemoveAll(root) }
+}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -24,10 +23,8 @@ func main() {
 	bin := flag.String("bin-dir", "bin", "where the binaries are")
 	flag.Parse()
 	binDir, _ := filepath.Abs(*bin)
-	root, err := os.MkdirTemp("", "socialweb-bench-nodes-")
-	measure.Check(err)
-	defer os.RemoveAll(root)
-	measure.Check(os.Chmod(root, 0o711))
+	root, remove := measure.DataRoot()
+	defer remove()
 	p, err := clusterprovider.New(clusterprovider.Config{DataRoot: root, BinDir: binDir, Ports: portallocator.Range{First: 32000, Last: 32999}})
 	measure.Check(err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

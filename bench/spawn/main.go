@@ -26,10 +26,8 @@ func main() {
 	bin := flag.String("bin-dir", "bin", "where kine and the Kubernetes binaries are")
 	flag.Parse()
 	binDir, _ := filepath.Abs(*bin)
-	root, err := os.MkdirTemp("", "socialweb-bench-")
-	measure.Check(err)
-	defer os.RemoveAll(root)
-	measure.Check(os.Chmod(root, 0o711))
+	root, remove := measure.DataRoot()
+	defer remove()
 
 	var mu sync.Mutex
 	var cur map[procgroup.Component]time.Duration

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"socialweb.computer/kcp/internal/clusterprovider"
-	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
@@ -72,21 +71,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 }
 
 type options struct {
-	dataRoot, binDir, ports, sans string
-	verbose, rm                   bool
-	timeout                       time.Duration
-	maxNodes, podsPerNode, nodes  int
+	*providerFlags
+	sans                         string
+	rm                           bool
+	timeout                      time.Duration
+	maxNodes, podsPerNode, nodes int
 }
 
 func newFlags(out io.Writer) (*flag.FlagSet, *options) {
-	o := &options{}
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.dataRoot, "data-root", envOr("SOCIALWEB_DATA_ROOT", "/var/lib/socialweb-kcp"), "where the lease book and every cluster's DataDir live (env SOCIALWEB_DATA_ROOT)")
-	fs.StringVar(&o.binDir, "bin-dir", envOr("SOCIALWEB_BIN_DIR", defaultBinDir()), "where kine and the Kubernetes binaries are (env SOCIALWEB_BIN_DIR)")
-	fs.StringVar(&o.ports, "port-range", envOr("SOCIALWEB_PORT_RANGE", "30000-30999"), "ports the apiservers may lease, FIRST-LAST (env SOCIALWEB_PORT_RANGE)")
+	o := &options{providerFlags: addProviderFlags(fs)}
 	fs.StringVar(&o.sans, "san", "", "extra comma-separated names or IPs for the apiserver certificate")
-	fs.BoolVar(&o.verbose, "v", false, "copy every component's log to stderr")
 	fs.BoolVar(&o.rm, "rm", false, "remove the cluster's DataDir after teardown")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "bring-up deadline")
 	fs.IntVar(&o.maxNodes, "max-nodes", 0, "node quota: the CCM initializes at most this many Nodes (0: no quota)")
@@ -111,9 +107,9 @@ func up(args []string, stdout, stderr io.Writer) error {
 	if name == "" {
 		return errors.New("up: give the cluster's NAME, for example: up demo")
 	}
-	rng, err := portallocator.ParseRange(o.ports)
+	cfg, err := o.config(stderr)
 	if err != nil {
-		return fmt.Errorf("--port-range: %w", err)
+		return err
 	}
 	if o.maxNodes < 0 {
 		return fmt.Errorf("--max-nodes: %d is negative; want 0 (no quota) or more", o.maxNodes)
@@ -124,22 +120,17 @@ func up(args []string, stdout, stderr io.Writer) error {
 	if o.podsPerNode < 0 {
 		return fmt.Errorf("--pods-per-node: %d is negative; want 0 (the default, 110) or more", o.podsPerNode)
 	}
-	cfg := clusterprovider.Config{
-		DataRoot: o.dataRoot, BinDir: o.binDir, Ports: rng, MaxNodes: o.maxNodes, PodsPerNode: o.podsPerNode,
-		OnEvent: func(cluster string, e procgroup.Event) {
-			switch e.Phase {
-			case "ready", "stopped":
-				fmt.Fprintf(stdout, "  %-24s %-8s %6.2fs\n", e.Step, e.Phase, e.Elapsed.Seconds())
-			case "failed":
-				fmt.Fprintf(stdout, "  %-24s failed  %6.2fs\n", e.Step, e.Elapsed.Seconds())
-			}
-		},
+	cfg.MaxNodes, cfg.PodsPerNode = o.maxNodes, o.podsPerNode
+	cfg.OnEvent = func(cluster string, e procgroup.Event) {
+		switch e.Phase {
+		case "ready", "stopped":
+			fmt.Fprintf(stdout, "  %-24s %-8s %6.2fs\n", e.Step, e.Phase, e.Elapsed.Seconds())
+		case "failed":
+			fmt.Fprintf(stdout, "  %-24s failed  %6.2fs\n", e.Step, e.Elapsed.Seconds())
+		}
 	}
 	if o.sans != "" {
 		cfg.SANs = strings.Split(o.sans, ",")
-	}
-	if o.verbose {
-		cfg.Log = stderr
 	}
 	p, err := clusterprovider.New(cfg)
 	if err != nil {
@@ -205,7 +196,8 @@ func nodes(args []string, stdout, stderr io.Writer) error {
 	const use = "nodes add NAME [COUNT] | nodes rm NAME ID... | nodes ls NAME"
 	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataRoot := fs.String("data-root", envOr("SOCIALWEB_DATA_ROOT", "/var/lib/socialweb-kcp"), "the running provider's data root (env SOCIALWEB_DATA_ROOT)")
+	dataRoot := new(string)
+	addDataRootFlag(fs, dataRoot)
 	var pos []string
 	for len(args) > 0 { // positional arguments and flags in any order
 		if err := fs.Parse(args); err != nil {

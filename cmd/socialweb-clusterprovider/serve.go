@@ -24,20 +24,16 @@ import (
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/clusterprovider"
-	"socialweb.computer/kcp/internal/portallocator"
 )
 
 // serve is the provider as a service: Clusters declared on a front are made real.
 func serve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataRoot := fs.String("data-root", envOr("SOCIALWEB_DATA_ROOT", "/var/lib/socialweb-kcp"), "the lease book, the front's and every cluster's DataDir (env SOCIALWEB_DATA_ROOT)")
-	binDir := fs.String("bin-dir", envOr("SOCIALWEB_BIN_DIR", defaultBinDir()), "where kine and the Kubernetes binaries are (env SOCIALWEB_BIN_DIR)")
-	ports := fs.String("port-range", envOr("SOCIALWEB_PORT_RANGE", "30000-30999"), "ports the apiservers may lease, FIRST-LAST (env SOCIALWEB_PORT_RANGE)")
+	pf := addProviderFlags(fs)
 	frontKubeconfig := fs.String("front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
 	maxBringUps := fs.Int("max-bring-ups", 2, "bring-ups run at once")
 	metricsAddr := fs.String("metrics-address", "127.0.0.1:9464", "where /metrics listens (host:port; port 0 picks one)")
-	verbose := fs.Bool("v", false, "copy every component's log to stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,13 +43,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if *maxBringUps < 1 {
 		return fmt.Errorf("--max-bring-ups: %d; want 1 or more", *maxBringUps)
 	}
-	rng, err := portallocator.ParseRange(*ports)
+	cfg, err := pf.config(stderr)
 	if err != nil {
-		return fmt.Errorf("--port-range: %w", err)
-	}
-	cfg := clusterprovider.Config{DataRoot: *dataRoot, BinDir: *binDir, Ports: rng}
-	if *verbose {
-		cfg.Log = stderr
+		return err
 	}
 	p, err := clusterprovider.New(cfg)
 	if err != nil {
@@ -78,7 +70,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		kubeconfig = filepath.Join(*dataRoot, "operator.kubeconfig")
+		kubeconfig = filepath.Join(pf.dataRoot, "operator.kubeconfig")
 		if err := atomicfile.WriteFile(kubeconfig, b, 0o600); err != nil {
 			return err
 		}

@@ -18,18 +18,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/instancesnapshot"
 	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/nodeprovider"
-	"socialweb.computer/kcp/internal/pki"
 	"socialweb.computer/kcp/internal/procgroup"
 )
-
-const uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
 
 func eventually(t *testing.T, within time.Duration, what string, check func() (bool, string)) {
 	t.Helper()
@@ -52,29 +48,13 @@ func guest(t *testing.T, cluster, id string) instancesnapshot.Instance {
 // NodeRestriction bound it), with the uninitialized taint.
 func joinAsKubelet(t *testing.T, c *Cluster, name string) {
 	t.Helper()
-	l := c.Spec.Layout()
-	caCert, _ := os.ReadFile(l.CACert())
-	caKey, _ := os.ReadFile(l.CAKey())
-	ca, err := pki.LoadCA(caCert, caKey)
+	kubelet, err := nodeClient(c.Spec, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key, err := ca.Issue(pki.Leaf{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := pki.Kubeconfig(c.Name, c.URL, ca.CertPEM, cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubelet := kubernetes.NewForConfigOrDie(cfg)
 	_, err = kubelet.CoreV1().Nodes().Create(context.Background(), &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: uninitializedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: nodeprovider.UninitializedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("node %s registers as system:node:%s: %v", name, name, err)
@@ -83,7 +63,7 @@ func joinAsKubelet(t *testing.T, c *Cluster, name string) {
 
 // initialized reports whether the CCM has initialized node, and what it looks like.
 func initialized(n *corev1.Node, cluster string) (bool, string) {
-	tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == uninitializedTaint })
+	tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodeprovider.UninitializedTaint })
 	seen := fmt.Sprintf("providerID=%q label=%q tainted=%v", n.Spec.ProviderID, n.Labels[contract.ClusterLabel], tainted)
 	return !tainted && n.Spec.ProviderID == contract.ProviderID(cluster, n.Name) && n.Labels[contract.ClusterLabel] == cluster, seen
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/materialiser"
 	"socialweb.computer/kcp/internal/procgroup"
 )
@@ -191,14 +192,14 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	for _, op := range r.Ops {
 		if err := l.perform(ctx, op, &cl, st); err != nil {
 			log.Error("operation failed", "op", op, "err", err)
-			l.writeStatus(ctx, &cl, st, r, fmt.Errorf("%s: %w", op, err))
+			l.writeStatus(ctx, &cl, st, o.Nodes, r, fmt.Errorf("%s: %w", op, err))
 			return 0, err
 		}
 	}
 	if slices.Contains(r.Ops, materialiser.OpRemoveFinalizer) {
 		return 0, nil // the object goes
 	}
-	l.writeStatus(ctx, &cl, st, r, nil)
+	l.writeStatus(ctx, &cl, st, o.Nodes, r, nil)
 	l.observePhase(key, r.Phase, o.Nodes)
 	// An operation changed the world, not the object: look again now. (A bring-up
 	// enqueues the key itself when it ends.)
@@ -242,7 +243,7 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 
 func (l *Loop) leaseOf(name string) int {
 	for _, ls := range l.P.Leases().Leases() {
-		if ls.Holder == name+"/kube-apiserver" {
+		if ls.Holder == leaseHolder(clusterstack.Spec{Name: name}) {
 			return ls.Port
 		}
 	}
@@ -294,7 +295,7 @@ func (l *Loop) refuseName(ctx context.Context, cl *v1alpha1.Cluster, owner strin
 	}
 	r := materialiser.Result{Phase: materialiser.PhaseUnavailable, Ready: materialiser.Condition{
 		Reason: "NameTaken", Message: fmt.Sprintf("cluster name %q is owned by %s on this provider; choose another name", cl.Name, owner)}}
-	l.writeStatus(ctx, cl, &runState{}, r, nil)
+	l.writeStatus(ctx, cl, &runState{}, 0, r, nil)
 	return nil
 }
 
@@ -357,7 +358,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		return nil
 	case materialiser.OpReleaseLease:
 		if port := l.leaseOf(cl.Name); port != 0 {
-			return l.P.Leases().Release(port, cl.Name+"/kube-apiserver")
+			return l.P.Leases().Release(port, leaseHolder(clusterstack.Spec{Name: cl.Name}))
 		}
 		return nil
 	case materialiser.OpRemoveDataDir:
@@ -439,16 +440,15 @@ func (l *Loop) deliverKubeconfig(ctx context.Context, c *Cluster, ns string) err
 	return err
 }
 
-func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runState, r materialiser.Result, opErr error) {
+// writeStatus writes r and, for a Ready cluster, its URL and the nodes observed this pass.
+func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runState, nodes int, r materialiser.Result, opErr error) {
 	l.mu.Lock()
 	c := st.cluster
 	l.mu.Unlock()
 	status := v1alpha1.ClusterStatus{Phase: string(r.Phase), Instance: l.Instance, Conditions: slices.Clone(cl.Status.Conditions)}
 	if c != nil && r.Phase == materialiser.PhaseReady {
 		status.URL = c.URL
-		if list, err := c.Instances(); err == nil {
-			status.Nodes = int32(len(list))
-		}
+		status.Nodes = int32(nodes)
 	}
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: r.Ready.Reason, Message: r.Ready.Message, ObservedGeneration: cl.Generation}
 	if r.Ready.Status {
