@@ -18,7 +18,7 @@ func TestTheTypesMatchTheirSchemas(t *testing.T) {
 	objs := map[string]any{
 		"clusters.socialweb.computer": Cluster{Spec: ClusterSpec{Account: "a", Running: &yes, MaxNodes: 1, PodsPerNode: 1},
 			Status: ClusterStatus{Phase: PhaseReady, URL: "u", Instance: "i", Nodes: 1, Conditions: []metav1.Condition{{Type: "Ready"}}}},
-		"nodes.socialweb.computer": Node{Spec: NodeSpec{Cluster: "c", NodeID: "n"}, Status: NodeStatus{Phase: "Ready", Guest: "g", ProviderID: "p"}},
+		"nodes.socialweb.computer": Node{Spec: NodeSpec{Cluster: "c", NodeID: "n"}, Status: NodeStatus{Phase: "Ready", Message: "m", Guest: "g", ProviderID: "p"}},
 	}
 	for _, crd := range crds {
 		if crd.Spec.Group != Group || crd.Spec.Versions[0].Name != Version || crd.Spec.Versions[0].Subresources.Status == nil {

@@ -14,6 +14,8 @@ const (
 	Version = "v1alpha1"
 	// TeardownFinalizer keeps a deleted Cluster until its teardown is complete.
 	TeardownFinalizer = "cluster.socialweb.computer/teardown"
+	// NodeFinalizer keeps a deleted Node until its guest is gone.
+	NodeFinalizer = "node.socialweb.computer/teardown"
 )
 
 // Cluster phases (status.phase).
@@ -62,7 +64,9 @@ type Node struct {
 }
 
 // NodeSpec names the guest: its cluster (in the same namespace) and its node id; both
-// immutable. The Node's name in the tenant cluster is nodeprovider.NodeName(cluster, nodeID).
+// immutable. The Node's name, on the front as in the tenant cluster, is
+// nodeprovider.NodeName(cluster, nodeID): the CRD refuses any other, so one guest has one
+// Node object.
 type NodeSpec struct {
 	Cluster string `json:"cluster"`
 	NodeID  string `json:"nodeID"`
@@ -70,7 +74,8 @@ type NodeSpec struct {
 
 // NodeStatus is what the provider reports.
 type NodeStatus struct {
-	Phase      string `json:"phase,omitempty"`
-	Guest      string `json:"guest,omitempty"`
-	ProviderID string `json:"providerID,omitempty"`
+	Phase      string `json:"phase,omitempty"`      // Pending, Joining, Ready, Removing
+	Message    string `json:"message,omitempty"`    // why it is in that phase
+	Guest      string `json:"guest,omitempty"`      // what runs it: "kwok" for a simulated guest
+	ProviderID string `json:"providerID,omitempty"` // the CCM's, once Ready
 }

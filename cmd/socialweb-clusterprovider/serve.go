@@ -47,10 +47,15 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	host, _ := os.Hostname()
+	metrics := clusterprovider.NewMetrics()
+	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: *maxBringUps, Log: slog.New(slog.NewTextHandler(stderr, nil)), Metrics: metrics}
+	cfg.OnEvent = loop.StepEvent
 	p, err := clusterprovider.New(cfg)
 	if err != nil {
 		return err
 	}
+	loop.P = p
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -83,8 +88,6 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err := v1alpha1.InstallCRDs(ctx, apiextensions.NewForConfigOrDie(rc)); err != nil {
 		return fmt.Errorf("front: install the CRDs: %w", err)
 	}
-	host, _ := os.Hostname()
-	metrics := clusterprovider.NewMetrics()
 	ml, err := net.Listen("tcp", *metricsAddr)
 	if err != nil {
 		return fmt.Errorf("--metrics-address: %w", err)
@@ -95,8 +98,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	go msrv.Serve(ml)
 	defer msrv.Close()
 	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", ml.Addr())
-	loop := &clusterprovider.Loop{P: p, Front: dynamic.NewForConfigOrDie(rc), Core: kubernetes.NewForConfigOrDie(rc), Instance: host, MaxBringUps: *maxBringUps,
-		Log: slog.New(slog.NewTextHandler(stderr, nil)), Metrics: metrics}
+	loop.Front, loop.Core = dynamic.NewForConfigOrDie(rc), kubernetes.NewForConfigOrDie(rc)
 	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)
 	loopCtx, cancel := context.WithCancel(ctx)

@@ -53,9 +53,11 @@ type Loop struct {
 	Metrics   *Metrics
 	metricsMu sync.Mutex
 
-	queue  workqueue.TypedRateLimitingInterface[string]
-	lister cache.GenericLister
-	slots  chan struct{}
+	queue      workqueue.TypedRateLimitingInterface[string] // Cluster keys
+	nodeQueue  workqueue.TypedRateLimitingInterface[string] // Node keys
+	lister     cache.GenericLister
+	nodeLister cache.GenericLister
+	slots      chan struct{}
 
 	mu    sync.Mutex
 	state map[string]*runState // by namespace/name
@@ -70,6 +72,7 @@ type runState struct {
 	failedStep  string
 	reason      string
 	everReady   bool
+	progress    string // the bring-up's last step event, for status: "kine ready"
 }
 
 // Run serves until ctx ends, then stops every cluster it runs (their data is kept).
@@ -86,49 +89,83 @@ func (l *Loop) Run(ctx context.Context) error {
 	l.slots = make(chan struct{}, l.MaxBringUps)
 	l.state = map[string]*runState{}
 	l.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	l.nodeQueue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	f := dynamicinformer.NewDynamicSharedInformerFactory(l.Front, 10*time.Minute)
-	inf := f.ForResource(ClustersResource)
-	l.lister = inf.Lister()
-	enqueue := func(obj any) {
-		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			l.queue.Add(key)
+	clusters, nodes := f.ForResource(ClustersResource), f.ForResource(NodesResource)
+	l.lister, l.nodeLister = clusters.Lister(), nodes.Lister()
+	handler := func(q workqueue.TypedRateLimitingInterface[string]) cache.ResourceEventHandler {
+		enqueue := func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				q.Add(key)
+			}
 		}
+		return cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue}
 	}
-	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue})
+	clusters.Informer().AddEventHandler(handler(l.queue))
+	nodes.Informer().AddEventHandler(handler(l.nodeQueue))
 	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-		return errors.New("front: the Cluster informer did not sync")
+	if !cache.WaitForCacheSync(ctx.Done(), clusters.Informer().HasSynced, nodes.Informer().HasSynced) {
+		return errors.New("front: the Cluster and Node informers did not sync")
 	}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for l.next(ctx) {
+			for work(ctx, l.queue, l.reconcile) {
+			}
+		})
+	}
+	for range 2 {
+		wg.Go(func() {
+			for work(ctx, l.nodeQueue, l.reconcileNode) {
 			}
 		})
 	}
 	<-ctx.Done()
 	l.queue.ShutDown()
+	l.nodeQueue.ShutDown()
 	wg.Wait()
 	return l.stopAll()
 }
 
-func (l *Loop) next(ctx context.Context) bool {
-	key, quit := l.queue.Get()
+// work takes one key from q and reconciles it: an error retries with backoff, a requeue
+// looks again after it.
+func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], reconcile func(context.Context, string) (time.Duration, error)) bool {
+	key, quit := q.Get()
 	if quit {
 		return false
 	}
-	defer l.queue.Done(key)
-	requeue, err := l.reconcile(ctx, key)
+	defer q.Done(key)
+	requeue, err := reconcile(ctx, key)
 	switch {
 	case err != nil:
-		l.queue.AddRateLimited(key)
+		q.AddRateLimited(key)
 	case requeue > 0:
-		l.queue.Forget(key)
-		l.queue.AddAfter(key, requeue)
+		q.Forget(key)
+		q.AddAfter(key, requeue)
 	default:
-		l.queue.Forget(key)
+		q.Forget(key)
 	}
 	return true
+}
+
+// StepEvent is the provider's Config.OnEvent: a bring-up's step progress, shown in its
+// Cluster's Ready condition so that a watcher (socialweb-kcp up) sees each step pass.
+func (l *Loop) StepEvent(cluster string, e procgroup.Event) {
+	if e.Phase != "starting" && e.Phase != "ready" {
+		return
+	}
+	l.mu.Lock()
+	var keys []string
+	for key, st := range l.state {
+		if _, name, _ := cache.SplitMetaNamespaceKey(key); name == cluster && st.group == materialiser.GroupStarting {
+			st.progress = e.Step.String() + " " + e.Phase
+			keys = append(keys, key)
+		}
+	}
+	l.mu.Unlock()
+	for _, k := range keys {
+		l.queue.Add(k)
+	}
 }
 
 func (l *Loop) stopAll() error {
@@ -189,6 +226,10 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	if len(r.Ops) > 0 || string(r.Phase) != cl.Status.Phase {
 		log.Info("reconcile", "phase", r.Phase, "reason", r.Ready.Reason, "ops", r.Ops, "group", o.Group, "nodes", o.Nodes)
 	}
+	// The status first, so that a watcher sees what is being done while it lasts.
+	if !slices.Contains(r.Ops, materialiser.OpRemoveFinalizer) {
+		l.writeStatus(ctx, &cl, st, o.Nodes, r, nil)
+	}
 	for _, op := range r.Ops {
 		if err := l.perform(ctx, op, &cl, st); err != nil {
 			log.Error("operation failed", "op", op, "err", err)
@@ -199,8 +240,8 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	if slices.Contains(r.Ops, materialiser.OpRemoveFinalizer) {
 		return 0, nil // the object goes
 	}
-	l.writeStatus(ctx, &cl, st, o.Nodes, r, nil)
 	l.observePhase(key, r.Phase, o.Nodes)
+	l.enqueueNodesOf(ns, name)
 	// An operation changed the world, not the object: look again now. (A bring-up
 	// enqueues the key itself when it ends.)
 	if len(r.Ops) > 0 && !slices.Contains(r.Ops, materialiser.OpBringUp) && r.Requeue == 0 {
@@ -315,7 +356,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		return err
 	case materialiser.OpBringUp:
 		l.mu.Lock()
-		st.group, st.lastAttempt = materialiser.GroupStarting, time.Now()
+		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), ""
 		l.mu.Unlock()
 		go l.bringUp(key, cl.Name, cl.Namespace, NodePolicy{MaxNodes: int(cl.Spec.MaxNodes), PodsPerNode: int(cl.Spec.PodsPerNode)})
 		return nil
@@ -457,6 +498,11 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 	if opErr != nil {
 		cond.Message += "; " + opErr.Error()
 	}
+	l.mu.Lock()
+	if st.group == materialiser.GroupStarting && st.progress != "" {
+		cond.Message += ": " + st.progress
+	}
+	l.mu.Unlock()
 	meta.SetStatusCondition(&status.Conditions, cond)
 	if equalStatus(cl.Status, status) {
 		return
@@ -467,7 +513,11 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 		return
 	}
 	// A conflict is no news: the object changed, and its update event brings the next pass.
-	if _, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+	got, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		cl.ResourceVersion = got.GetResourceVersion() // the finalizer patch that may follow is guarded by it
+	case !apierrors.IsConflict(err):
 		l.Log.Warn("status not written", "cluster", cl.Namespace+"/"+cl.Name, "err", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
@@ -126,6 +127,62 @@ func TestFrontClusterLifecycle(t *testing.T) {
 		t.Fatalf("the delivered kubeconfig does not reach the tenant: %v", err)
 	}
 
+	// Step 2 and 3 through the front: a Node object becomes a guest whose Node the CCM
+	// initializes; deleting one removes its guest and the tenant's Node.
+	nodes := dyn.Resource(NodesResource).Namespace("default")
+	nodeObj := func(name, id string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": "Node",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"cluster": "acme", "nodeID": id}}}
+	}
+	if _, err := nodes.Create(ctx, nodeObj("n9", "n9"), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "metadata.name: want acme-n9") {
+		t.Errorf("a Node named other than <cluster>-<nodeID>: %v; want a refusal naming metadata.name", err)
+	}
+	tenant := kubernetes.NewForConfigOrDie(tcfg)
+	t0 = time.Now()
+	for _, id := range []string{"n1", "n2"} {
+		if _, err := nodes.Create(ctx, nodeObj("acme-"+id, id), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"n1", "n2"} {
+		eventually(t, 2*time.Minute, "Node acme-"+id+" Ready", func() (bool, string) {
+			u, err := nodes.Get(ctx, "acme-"+id, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			st, _, _ := unstructured.NestedStringMap(u.Object, "status")
+			return st["phase"] == "Ready" && st["providerID"] == contract.ProviderID("acme", "acme-"+id), fmt.Sprint(st)
+		})
+	}
+	t.Logf("steps 2-3: two Node objects to Ready in %.2fs", time.Since(t0).Seconds())
+	n1, err := tenant.CoreV1().Nodes().Get(ctx, "acme-n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1.Spec.ProviderID != contract.ProviderID("acme", "acme-n1") || n1.Labels[contract.ClusterLabel] != "acme" || !NodeReady(n1) {
+		t.Errorf("tenant Node acme-n1: providerID %q labels %v taints %v", n1.Spec.ProviderID, n1.Labels, n1.Spec.Taints)
+	}
+	eventually(t, time.Minute, "status.nodes 2", func() (bool, string) {
+		u, _ := clusters.Get(ctx, "acme", metav1.GetOptions{})
+		n, _, _ := unstructured.NestedInt64(u.Object, "status", "nodes")
+		return n == 2, fmt.Sprint(n)
+	})
+	t0 = time.Now()
+	if err := nodes.Delete(ctx, "acme-n2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "Node acme-n2 and its tenant Node gone", func() (bool, string) {
+		_, err := nodes.Get(ctx, "acme-n2", metav1.GetOptions{})
+		_, terr := tenant.CoreV1().Nodes().Get(ctx, "acme-n2", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(terr), fmt.Sprint(err, terr)
+	})
+	t.Logf("a Node object deleted to its tenant Node gone in %.2fs", time.Since(t0).Seconds())
+	if _, err := tenant.CoreV1().Nodes().Get(ctx, "acme-n1", metav1.GetOptions{}); err != nil {
+		t.Errorf("removing n2 touched n1: %v", err)
+	}
+
+	// Deleting the Cluster takes its remaining Node object with it (garbage collection).
 	t0 = time.Now()
 	if err := clusters.Delete(ctx, "acme", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -135,6 +192,10 @@ func TestFrontClusterLifecycle(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	t.Logf("step 4: Cluster deleted to gone in %.2fs", time.Since(t0).Seconds())
+	eventually(t, time.Minute, "Node acme-n1 collected with its Cluster", func() (bool, string) {
+		_, err := nodes.Get(ctx, "acme-n1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 	if _, err := os.Stat(p.DataDir("acme")); !os.IsNotExist(err) {
 		t.Error("the DataDir survived the deletion")
 	}

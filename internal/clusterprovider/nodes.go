@@ -101,12 +101,18 @@ func (c *Cluster) AddNode(ctx context.Context, nodeID string) (nodeprovider.Gues
 		return g, err
 	}
 	return g, poll(ctx, "node "+g.Name+" Ready and initialized", func(ctx context.Context) (bool, error) {
-		n, err := c.admin.CoreV1().Nodes().Get(ctx, g.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		return NodeReady(n) && n.Spec.ProviderID == contract.ProviderID(c.Name, n.Name), nil
+		return c.nodeInitialized(ctx, g.Name)
 	})
+}
+
+// nodeInitialized reports whether the Node name is Ready and initialized by the CCM, with
+// the provider ID it derives; a Node not (yet) there is not.
+func (c *Cluster) nodeInitialized(ctx context.Context, name string) (bool, error) {
+	n, err := c.admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	return NodeReady(n) && n.Spec.ProviderID == contract.ProviderID(c.Name, n.Name), nil
 }
 
 // RemoveNode drains the guest nodeID's Node, deletes the guest, unlists it, and waits

@@ -1,0 +1,175 @@
+package clusterprovider
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/cloudprovider/contract"
+	"socialweb.computer/kcp/internal/instancesnapshot"
+	"socialweb.computer/kcp/internal/materialiser"
+	"socialweb.computer/kcp/internal/nodeprovider"
+)
+
+// NodesResource is the Node CRD's resource on the front.
+var NodesResource = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: "nodes"}
+
+// nodeJoinDeadline bounds one AddNode: a guest not Ready by then is retried with backoff.
+const nodeJoinDeadline = 2 * time.Minute
+
+// reconcileNode observes one Node object and its guest, asks materialiser.ReconcileNode,
+// writes the phase (so a watcher sees Joining or Removing while it lasts), then performs
+// the operation.
+func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	obj, err := l.nodeLister.ByNamespace(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var n v1alpha1.Node
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, &n); err != nil {
+		return 0, err
+	}
+	o := materialiser.ObservedNode{Deleting: n.DeletionTimestamp != nil, HasFinalizer: slices.Contains(n.Finalizers, v1alpha1.NodeFinalizer), Cluster: n.Spec.Cluster}
+	var owner *unstructured.Unstructured
+	if cobj, err := l.lister.ByNamespace(ns).Get(n.Spec.Cluster); err == nil {
+		owner = cobj.(*unstructured.Unstructured)
+		o.ClusterExists, o.ClusterDeleting = true, owner.GetDeletionTimestamp() != nil
+	} else if !apierrors.IsNotFound(err) {
+		return 0, err
+	}
+	clusterKey := ns + "/" + n.Spec.Cluster
+	c := l.running(clusterKey)
+	g, err := nodeprovider.NewGuest(n.Spec.Cluster, n.Spec.NodeID)
+	if err != nil {
+		return 0, err // the CRD's rules make this unreachable
+	}
+	if c != nil {
+		o.ClusterRuns = true
+		list, err := c.Instances()
+		if err != nil {
+			return 0, err
+		}
+		o.Listed = slices.ContainsFunc(list, func(in instancesnapshot.Instance) bool { return in.NodeID == n.Spec.NodeID })
+		if o.Listed {
+			if o.Ready, err = c.nodeInitialized(ctx, g.Name); err != nil && !apierrors.IsNotFound(err) {
+				return 0, err
+			}
+		}
+	}
+	r := materialiser.ReconcileNode(o)
+	log := l.Log.With("cluster", clusterKey, "node", n.Spec.NodeID)
+	if len(r.Ops) > 0 || string(r.Phase) != n.Status.Phase {
+		log.Info("reconcile node", "phase", r.Phase, "reason", r.Reason, "ops", r.Ops)
+	}
+	status := v1alpha1.NodeStatus{Phase: string(r.Phase), Message: r.Message}
+	if o.Listed {
+		status.Guest = "kwok"
+	}
+	if r.Phase == materialiser.NodeReady {
+		status.ProviderID = contract.ProviderID(n.Spec.Cluster, g.Name)
+	}
+	if !slices.Contains(r.Ops, materialiser.OpReleaseNode) {
+		l.writeNodeStatus(ctx, &n, status)
+	}
+	for _, op := range r.Ops {
+		if err := l.performNode(ctx, op, &n, c, owner); err != nil {
+			log.Error("node operation failed", "op", op, "err", err)
+			status.Message = fmt.Sprintf("%s: %v", op, err)
+			l.writeNodeStatus(ctx, &n, status)
+			return 0, err
+		}
+	}
+	if len(r.Ops) > 0 {
+		l.queue.Add(clusterKey) // its status.nodes
+		if r.Requeue == 0 && !slices.Contains(r.Ops, materialiser.OpReleaseNode) {
+			r.Requeue = 10 * time.Millisecond // the world changed, not the object: look again
+		}
+	}
+	return r.Requeue, nil
+}
+
+// running is the cluster key's process group when it is up on this provider.
+func (l *Loop) running(key string) *Cluster {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.state[key]; st != nil && st.group == materialiser.GroupUp {
+		return st.cluster
+	}
+	return nil
+}
+
+func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.Node, c *Cluster, owner *unstructured.Unstructured) error {
+	switch op {
+	case materialiser.OpAdoptNode, materialiser.OpReleaseNode:
+		fins := slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == v1alpha1.NodeFinalizer })
+		m := map[string]any{"resourceVersion": n.ResourceVersion}
+		if op == materialiser.OpAdoptNode {
+			// The Cluster owns its Nodes: the front's garbage collector deletes them with it.
+			m["ownerReferences"] = []metav1.OwnerReference{{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "Cluster", Name: owner.GetName(), UID: owner.GetUID()}}
+			fins = append(fins, v1alpha1.NodeFinalizer)
+		}
+		m["finalizers"] = fins
+		patch, _ := json.Marshal(map[string]any{"metadata": m})
+		_, err := l.Front.Resource(NodesResource).Namespace(n.Namespace).Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if op == materialiser.OpReleaseNode && apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	case materialiser.OpAddGuest:
+		ctx, cancel := context.WithTimeout(ctx, nodeJoinDeadline)
+		defer cancel()
+		_, err := c.AddNode(ctx, n.Spec.NodeID)
+		return err
+	case materialiser.OpRemoveGuest:
+		return c.RemoveNode(ctx, n.Spec.NodeID)
+	}
+	return fmt.Errorf("unknown node operation %s", op)
+}
+
+func (l *Loop) writeNodeStatus(ctx context.Context, n *v1alpha1.Node, status v1alpha1.NodeStatus) {
+	if n.Status == status {
+		return
+	}
+	n.Status = status
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(n)
+	if err != nil {
+		return
+	}
+	got, err := l.Front.Resource(NodesResource).Namespace(n.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		n.ResourceVersion = got.GetResourceVersion() // the finalizer patch that may follow is guarded by it
+	case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+		l.Log.Warn("node status not written", "cluster", n.Namespace+"/"+n.Spec.Cluster, "node", n.Spec.NodeID, "err", err)
+	}
+}
+
+// enqueueNodesOf queues the Node objects of the cluster ns/name: its phase decides theirs.
+func (l *Loop) enqueueNodesOf(ns, name string) {
+	objs, err := l.nodeLister.ByNamespace(ns).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		if c, _, _ := unstructured.NestedString(u.Object, "spec", "cluster"); c == name {
+			l.nodeQueue.Add(ns + "/" + u.GetName())
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package materialiser
+
+import (
+	"fmt"
+	"time"
+)
+
+// NodePhase is a Node's status.phase.
+type NodePhase string
+
+const (
+	NodePending  NodePhase = "Pending"  // its cluster does not run (yet)
+	NodeJoining  NodePhase = "Joining"  // the guest is being created and awaited
+	NodeReady    NodePhase = "Ready"    // listed, Ready and initialized by the CCM
+	NodeRemoving NodePhase = "Removing" // drained, deleted, unlisted
+)
+
+// Node operations.
+const (
+	OpAdoptNode   Op = "AdoptNode"   // the finalizer, and the Cluster as owner (garbage collection)
+	OpAddGuest    Op = "AddGuest"    // Cluster.AddNode: listed, created, awaited
+	OpRemoveGuest Op = "RemoveGuest" // Cluster.RemoveNode: drained, deleted, unlisted
+	OpReleaseNode Op = "ReleaseNode" // the Node's finalizer goes
+)
+
+// NodeWaitForRun is how often a deleted Node whose cluster does not run looks again.
+const NodeWaitForRun = 5 * time.Second
+
+// ObservedNode is one Node object and the guest behind it, as the loop saw them.
+type ObservedNode struct {
+	Deleting     bool
+	HasFinalizer bool
+	Cluster      string // spec.cluster
+
+	ClusterExists   bool // a Cluster of that name is in the Node's namespace
+	ClusterDeleting bool
+	ClusterRuns     bool // its process group is up on this provider
+
+	// Known only when ClusterRuns.
+	Listed bool // the guest is in nodes.json
+	Ready  bool // its Node is Ready, initialized by the CCM, with its provider ID
+}
+
+// NodeResult is what to do with one Node.
+type NodeResult struct {
+	Phase   NodePhase
+	Reason  string
+	Message string
+	Ops     []Op
+	Requeue time.Duration
+}
+
+// ReconcileNode decides for one Node. A guest is only ever added to or removed from a
+// cluster that runs here; a Node whose cluster is gone lets its finalizer go, since the
+// Cluster's own teardown removes every guest it lists.
+func ReconcileNode(o ObservedNode) NodeResult {
+	if o.Deleting {
+		switch {
+		case !o.HasFinalizer:
+			return NodeResult{Phase: NodeRemoving, Reason: "Removed"}
+		case !o.ClusterExists || o.ClusterDeleting:
+			return NodeResult{Phase: NodeRemoving, Reason: "ClusterGone", Message: "the cluster's teardown removes the guest", Ops: []Op{OpReleaseNode}}
+		case !o.ClusterRuns:
+			return NodeResult{Phase: NodeRemoving, Reason: "WaitingForCluster",
+				Message: fmt.Sprintf("cluster %s does not run; the guest is removed once it does", o.Cluster), Requeue: NodeWaitForRun}
+		case o.Listed:
+			return NodeResult{Phase: NodeRemoving, Reason: "Removing", Message: "draining the node and deleting its guest", Ops: []Op{OpRemoveGuest}}
+		}
+		return NodeResult{Phase: NodeRemoving, Reason: "Removed", Message: "the guest is gone", Ops: []Op{OpReleaseNode}}
+	}
+	switch {
+	case !o.ClusterExists:
+		return NodeResult{Phase: NodePending, Reason: "ClusterGone", Message: fmt.Sprintf("no Cluster %s in this namespace", o.Cluster)}
+	case o.ClusterDeleting:
+		return NodeResult{Phase: NodePending, Reason: "ClusterDeleting", Message: fmt.Sprintf("cluster %s is being deleted", o.Cluster)}
+	case !o.HasFinalizer:
+		return NodeResult{Phase: NodePending, Reason: "Adopting", Message: "adding the teardown finalizer", Ops: []Op{OpAdoptNode}}
+	case !o.ClusterRuns:
+		return NodeResult{Phase: NodePending, Reason: "WaitingForCluster", Message: fmt.Sprintf("cluster %s is not Ready", o.Cluster)}
+	case o.Listed && o.Ready:
+		return NodeResult{Phase: NodeReady, Reason: "Ready", Message: "Ready and initialized by the cloud controller manager"}
+	}
+	return NodeResult{Phase: NodeJoining, Reason: "Joining", Message: "creating the guest and waiting for its Node", Ops: []Op{OpAddGuest}}
+}
