@@ -26,6 +26,14 @@ const (
 	PhaseDraining     = "Draining"
 )
 
+// Node phases (status.phase).
+const (
+	NodePhasePending  = "Pending"
+	NodePhaseJoining  = "Joining"
+	NodePhaseReady    = "Ready"
+	NodePhaseRemoving = "Removing"
+)
+
 // Cluster is one tenant control plane.
 type Cluster struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,57 +22,15 @@ func liveBinary(t *testing.T, needs ...string) (exe, bin string) {
 			livetest.Need(t, bin+"/"+b+" is not installed; run deploy/install-components.sh")
 		}
 	}
-	exe = filepath.Join(t.TempDir(), "socialweb-clusterprovider")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return exe, bin
+	return livetest.Build(t, "socialweb.computer/kcp/cmd/socialweb-clusterprovider"), bin
 }
 
 // running is the provider started by a live test, its stdout as lines.
-type running struct {
-	cmd   *exec.Cmd
-	lines chan string
-}
+type running = livetest.Proc
 
 func startProvider(t *testing.T, exe string, args ...string) *running {
 	t.Helper()
-	cmd := exec.Command(exe, args...)
-	pipe, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	r := &running{cmd: cmd, lines: make(chan string, 100)}
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		close(r.lines)
-	}()
-	return r
-}
-
-// waitLine reads the provider's output until a line contains what, and returns that line.
-func (r *running) waitLine(t *testing.T, what string) string {
-	t.Helper()
-	deadline := time.After(3 * time.Minute)
-	for {
-		select {
-		case l, ok := <-r.lines:
-			if !ok {
-				t.Fatalf("the provider ended before printing %q", what)
-			}
-			t.Log(l)
-			if strings.Contains(l, what) {
-				return l
-			}
-		case <-deadline:
-			t.Fatalf("no %q within 3 minutes", what)
-		}
-	}
+	return livetest.Run(t, exe, args...)
 }
 
 func eventually(t *testing.T, within time.Duration, what string, check func() (bool, string)) {
@@ -84,12 +40,9 @@ func eventually(t *testing.T, within time.Duration, what string, check func() (b
 
 // startServe starts "serve" with its own front under root, its apiservers in ports, and
 // returns it with a kubectl bound to its operator kubeconfig and its /metrics URL.
-func startServe(t *testing.T, exe, bin, root, ports string) (r *running, kubectl func(args ...string) string, metricsURL string) {
+func startServe(t *testing.T, exe, bin, root, ports string) (*running, func(args ...string) string, string) {
 	t.Helper()
-	r = startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", ports, "--metrics-address", "127.0.0.1:0")
-	metricsURL = strings.TrimPrefix(r.waitLine(t, "metrics: "), "metrics: ")
-	r.waitLine(t, "serving Clusters")
-	op := filepath.Join(root, "operator.kubeconfig")
+	r, op, metricsURL := livetest.Serve(t, exe, bin, root, ports)
 	return r, func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", op}, args...)...).CombinedOutput()

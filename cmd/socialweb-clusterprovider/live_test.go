@@ -21,13 +21,13 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	dataDir := filepath.Join(root, "clusters", "crashy") + "/"
 
 	first := startProvider(t, exe, args...)
-	first.waitLine(t, "press Ctrl-C")
+	first.WaitLine(t, "press Ctrl-C")
 	old, err := processrunner.FindByMarker(dataDir, programs)
 	if err != nil || len(old) != 7 {
 		t.Fatalf("components of the first run: %v, %v; want 7 (six and kwok)", old, err)
 	}
-	first.cmd.Process.Signal(syscall.SIGKILL)
-	first.cmd.Wait()
+	first.Cmd.Process.Signal(syscall.SIGKILL)
+	first.Cmd.Wait()
 	for _, id := range old {
 		if !id.Alive() {
 			t.Fatalf("pid %d died with the provider; the restart would have nothing to reap", id.Pid)
@@ -35,7 +35,7 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	}
 
 	second := startProvider(t, exe, args...)
-	second.waitLine(t, "press Ctrl-C")
+	second.WaitLine(t, "press Ctrl-C")
 	for _, id := range old {
 		if id.Alive() {
 			t.Errorf("survivor pid %d (%s) was not reaped", id.Pid, id.Cmdline[0])
@@ -46,9 +46,9 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 		t.Fatalf("after the restart %d components run, want 7 (no duplicates)", len(now))
 	}
 
-	second.cmd.Process.Signal(os.Interrupt)
-	second.waitLine(t, "nothing of it is running")
-	if err := second.cmd.Wait(); err != nil {
+	second.Cmd.Process.Signal(os.Interrupt)
+	second.WaitLine(t, "nothing of it is running")
+	if err := second.Cmd.Wait(); err != nil {
 		t.Fatalf("the provider exited with %v after Ctrl-C", err)
 	}
 	if left, _ := processrunner.FindByMarker(dataDir, programs); len(left) != 0 {

@@ -18,7 +18,7 @@ func TestTheOperatorAddsAndRemovesNodes(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kwok", "socialweb-cloud-controller-manager")
 	root := livetest.DataRoot(t)
 	r := startProvider(t, exe, "up", "ops", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "33100-33199")
-	waitLine := func(what string) { t.Helper(); r.waitLine(t, what) }
+	waitLine := func(what string) { t.Helper(); r.WaitLine(t, what) }
 	waitLine("node ops-n1")
 	waitLine("press Ctrl-C")
 
@@ -49,9 +49,9 @@ func TestTheOperatorAddsAndRemovesNodes(t *testing.T) {
 		t.Fatalf("removing an unknown node: %v", err)
 	}
 
-	r.cmd.Process.Signal(syscall.SIGINT)
+	r.Cmd.Process.Signal(syscall.SIGINT)
 	waitLine("nothing of it is running")
-	if err := r.cmd.Wait(); err != nil {
+	if err := r.Cmd.Wait(); err != nil {
 		t.Fatalf("exit after Ctrl-C: %v", err)
 	}
 	dataDir := filepath.Join(root, "clusters", "ops") + "/"

@@ -90,8 +90,8 @@ spec: {account: acme}
 	t.Run("kill -9 of the provider, then a restart", func(t *testing.T) {
 		programs := []string{filepath.Join(bin, "kine"), apiserver, filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
 		before, _ := processrunner.FindByMarker(root+"/", programs)
-		r.cmd.Process.Signal(syscall.SIGKILL)
-		r.cmd.Wait()
+		r.Cmd.Process.Signal(syscall.SIGKILL)
+		r.Cmd.Wait()
 		r, _, _ = startServe(parent, exe, bin, root, "33300-33399") // it outlives this subtest
 		// The status still says Ready from before the crash: wait for this run's own
 		// verdict, Unavailable while it brings them back, then Ready.
@@ -123,9 +123,9 @@ spec: {account: acme}
 	})
 
 	kubectl("delete", "-f", manifest, "--wait=true", "--timeout=180s")
-	r.cmd.Process.Signal(syscall.SIGINT)
-	r.waitLine(t, "stopped; nothing is running")
-	r.cmd.Wait()
+	r.Cmd.Process.Signal(syscall.SIGINT)
+	r.WaitLine(t, "stopped; nothing is running")
+	r.Cmd.Wait()
 	if left, _ := processrunner.FindByMarker(root+"/", []string{apiserver, filepath.Join(bin, "kine")}); len(left) != 0 {
 		t.Fatalf("left running: %v", left)
 	}

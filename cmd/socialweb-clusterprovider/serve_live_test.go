@@ -60,9 +60,9 @@ func TestServeWithItsOwnFront(t *testing.T) {
 		t.Error("the Cluster's DataDir survived its deletion")
 	}
 
-	r.cmd.Process.Signal(syscall.SIGINT)
-	r.waitLine(t, "stopped; nothing is running")
-	if err := r.cmd.Wait(); err != nil {
+	r.Cmd.Process.Signal(syscall.SIGINT)
+	r.WaitLine(t, "stopped; nothing is running")
+	if err := r.Cmd.Wait(); err != nil {
 		t.Fatalf("exit after Ctrl-C: %v", err)
 	}
 	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "socialweb-cloud-controller-manager")}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,7 +73,7 @@ type runState struct {
 	failedStep  string
 	reason      string
 	everReady   bool
-	progress    string // the bring-up's last step event, for status: "kine ready"
+	progress    []string // the bring-up's steps so far, for status: "postgres ready", "kine starting"
 }
 
 // Run serves until ctx ends, then stops every cluster it runs (their data is kept).
@@ -148,6 +149,14 @@ func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], r
 	return true
 }
 
+// stepProgress adds one step event to a bring-up's progress: a step that starts is added,
+// one that is ready replaces its "starting", so that the message reads
+// "postgres ready, kine ready, kube-apiserver starting".
+func stepProgress(p []string, step, phase string) []string {
+	p = slices.DeleteFunc(slices.Clone(p), func(s string) bool { return s == step+" starting" })
+	return append(p, step+" "+phase)
+}
+
 // StepEvent is the provider's Config.OnEvent: a bring-up's step progress, shown in its
 // Cluster's Ready condition so that a watcher (socialweb-kcp up) sees each step pass.
 func (l *Loop) StepEvent(cluster string, e procgroup.Event) {
@@ -158,7 +167,7 @@ func (l *Loop) StepEvent(cluster string, e procgroup.Event) {
 	var keys []string
 	for key, st := range l.state {
 		if _, name, _ := cache.SplitMetaNamespaceKey(key); name == cluster && st.group == materialiser.GroupStarting {
-			st.progress = e.Step.String() + " " + e.Phase
+			st.progress = stepProgress(st.progress, e.Step.String(), e.Phase)
 			keys = append(keys, key)
 		}
 	}
@@ -356,7 +365,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		return err
 	case materialiser.OpBringUp:
 		l.mu.Lock()
-		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), ""
+		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), nil
 		l.mu.Unlock()
 		go l.bringUp(key, cl.Name, cl.Namespace, NodePolicy{MaxNodes: int(cl.Spec.MaxNodes), PodsPerNode: int(cl.Spec.PodsPerNode)})
 		return nil
@@ -499,8 +508,8 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 		cond.Message += "; " + opErr.Error()
 	}
 	l.mu.Lock()
-	if st.group == materialiser.GroupStarting && st.progress != "" {
-		cond.Message += ": " + st.progress
+	if st.group == materialiser.GroupStarting && len(st.progress) > 0 {
+		cond.Message += ": " + strings.Join(st.progress, ", ")
 	}
 	l.mu.Unlock()
 	meta.SetStatusCondition(&status.Conditions, cond)

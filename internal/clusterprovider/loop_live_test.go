@@ -3,6 +3,7 @@ package clusterprovider
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,9 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	}
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- (&Loop{P: p, Front: dyn, Core: core, Instance: "test"}).Run(loopCtx) }()
+	go func() {
+		done <- (&Loop{P: p, Front: dyn, Core: core, Instance: "test", Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}).Run(loopCtx)
+	}()
 	defer func() { stopLoop(); <-done }()
 
 	clusters := dyn.Resource(ClustersResource).Namespace("default")

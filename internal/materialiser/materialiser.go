@@ -8,16 +8,18 @@ package materialiser
 import (
 	"fmt"
 	"time"
+
+	"socialweb.computer/kcp/api/v1alpha1"
 )
 
 // Phase is a Cluster's status.phase.
 type Phase string
 
 const (
-	PhaseInitializing Phase = "Initializing" // first bring-up under way
-	PhaseReady        Phase = "Ready"
-	PhaseUnavailable  Phase = "Unavailable" // parked, failed, or a component died
-	PhaseDraining     Phase = "Draining"    // being deleted: nodes, group, lease, DataDir go
+	PhaseInitializing Phase = v1alpha1.PhaseInitializing // first bring-up under way
+	PhaseReady        Phase = v1alpha1.PhaseReady
+	PhaseUnavailable  Phase = v1alpha1.PhaseUnavailable // parked, failed, or a component died
+	PhaseDraining     Phase = v1alpha1.PhaseDraining    // being deleted: nodes, group, lease, DataDir go
 )
 
 // Group is what is observed of the cluster's process group.

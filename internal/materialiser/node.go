@@ -3,16 +3,18 @@ package materialiser
 import (
 	"fmt"
 	"time"
+
+	"socialweb.computer/kcp/api/v1alpha1"
 )
 
 // NodePhase is a Node's status.phase.
 type NodePhase string
 
 const (
-	NodePending  NodePhase = "Pending"  // its cluster does not run (yet)
-	NodeJoining  NodePhase = "Joining"  // the guest is being created and awaited
-	NodeReady    NodePhase = "Ready"    // listed, Ready and initialized by the CCM
-	NodeRemoving NodePhase = "Removing" // drained, deleted, unlisted
+	NodePending  NodePhase = v1alpha1.NodePhasePending  // its cluster does not run (yet)
+	NodeJoining  NodePhase = v1alpha1.NodePhaseJoining  // the guest is being created and awaited
+	NodeReady    NodePhase = v1alpha1.NodePhaseReady    // listed, Ready and initialized by the CCM
+	NodeRemoving NodePhase = v1alpha1.NodePhaseRemoving // drained, deleted, unlisted
 )
 
 // Node operations.

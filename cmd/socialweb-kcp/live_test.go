@@ -1,0 +1,167 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/livetest"
+	"socialweb.computer/kcp/internal/portallocator"
+	"socialweb.computer/kcp/internal/processrunner"
+)
+
+// The walkthrough of the README, through the real binaries: serve with its own front, then
+// socialweb-kcp up (a live display of the phases and steps, the kubeconfig written), ls,
+// nodes add|ls|rm, status, and down, which waits until nothing of the cluster is left.
+func TestTheCLIWalkthrough(t *testing.T) {
+	livetest.Start(t)
+	bin := livetest.BinDir(t)
+	lookup, err := clusterprovider.New(clusterprovider.Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: clusterstack.DefaultPostgresBin, Ports: portallocator.Range{First: 33400, Last: 33499}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	programs := lookup.RequiredBinaries()
+	for _, b := range append(programs, filepath.Join(bin, "kubectl")) {
+		if _, err := os.Stat(b); err != nil {
+			livetest.Need(t, b+" is not installed; run deploy/install-components.sh")
+		}
+	}
+	provider := livetest.Build(t, "socialweb.computer/kcp/cmd/socialweb-clusterprovider")
+	cli := livetest.Build(t, "socialweb.computer/kcp/cmd/socialweb-kcp")
+	root := livetest.DataRoot(t)
+	serve, operator, _ := livetest.Serve(t, provider, bin, root, "33400-33499")
+	work := t.TempDir()
+	kcp := func(args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := exec.Command(cli, args...)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "SOCIALWEB_KCP_KUBECONFIG="+operator)
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("socialweb-kcp %s: exit %d\n%s%s", strings.Join(args, " "), code, o.String(), e.String())
+		return o.String(), e.String(), code
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, _, code := kcp(args...)
+		if code != 0 {
+			t.Fatalf("socialweb-kcp %v: exit %d", args, code)
+		}
+		return out
+	}
+
+	t0 := time.Now()
+	out := must("up", "demo", "--timeout", "3m")
+	t.Logf("up demo: Ready and kubeconfig written in %.2fs", time.Since(t0).Seconds())
+	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "Declared", "postgres ready, kine ready, kube-apiserver starting", "kube-scheduler ready, cloud-controller-manager starting", "Ready ", "kubeconfig written to demo.kubeconfig"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("up's output lacks %q", want)
+		}
+	}
+	kc := filepath.Join(work, "demo.kubeconfig")
+	if fi, err := os.Stat(kc); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("demo.kubeconfig: %v %v; want mode 0600", fi, err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		b, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", kc}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, b)
+		}
+		return string(b)
+	}
+	if ns := kubectl("get", "ns"); !strings.Contains(ns, "kube-system") {
+		t.Errorf("kubectl get ns with demo.kubeconfig: %s", ns)
+	}
+	if out := must("up", "demo"); !strings.Contains(out, "already declared") {
+		t.Errorf("a second up: %s", out)
+	}
+
+	lines := strings.Split(strings.TrimSpace(must("ls")), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME PHASE NODES AGE URL" {
+		t.Fatalf("ls: %q", lines)
+	}
+	if f := strings.Fields(lines[1]); f[0] != "demo" || f[1] != "Ready" || f[2] != "0" || !strings.HasPrefix(f[4], "https://127.0.0.1:334") {
+		t.Errorf("ls row: %q", f)
+	}
+
+	out = must("nodes", "add", "demo", "2")
+	for _, want := range []string{"node demo-n1 declared", "node demo-n2 declared", "demo-n1  Ready", "demo-n2  Ready", "2 nodes Ready in cluster demo"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("nodes add's output lacks %q", want)
+		}
+	}
+	if got := kubectl("get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.spec.providerID} {end}"); got != "demo-n1=socialweb://demo/demo-n1 demo-n2=socialweb://demo/demo-n2 " {
+		t.Errorf("the tenant's nodes: %q", got)
+	}
+	if f := strings.Fields(strings.Split(must("nodes", "ls", "demo"), "\n")[1]); len(f) != 5 || f[0] != "demo-n1" || f[1] != "n1" || f[2] != "Ready" || f[3] != "socialweb://demo/demo-n1" {
+		t.Errorf("nodes ls row: %q", f)
+	}
+	livetest.Eventually(t, time.Minute, "ls -o json: 2 nodes", func() (bool, string) {
+		var l struct {
+			Items []struct {
+				Status struct {
+					Phase string
+					Nodes int
+				}
+			}
+		}
+		out := must("ls", "-o", "json")
+		json.Unmarshal([]byte(out), &l)
+		return len(l.Items) == 1 && l.Items[0].Status.Phase == "Ready" && l.Items[0].Status.Nodes == 2, out
+	})
+	if out := must("status", "demo"); !strings.Contains(out, "Phase:      Ready") || !strings.Contains(out, "demo-n2") {
+		t.Errorf("status: %s", out)
+	}
+
+	// Bad input: a clear error, a non-zero exit, nothing declared.
+	if _, stderr, code := kcp("status", "nosuch"); code != exitFailed || !strings.Contains(stderr, "cluster nosuch not found in namespace default") {
+		t.Errorf("status nosuch: exit %d %q", code, stderr)
+	}
+	if _, stderr, code := kcp("up", "Bad_Name"); code != exitFailed || !strings.Contains(stderr, "metadata.name") {
+		t.Errorf("up Bad_Name: exit %d %q", code, stderr)
+	}
+	if _, stderr, code := kcp("nodes", "rm", "demo", "n7"); code != exitFailed || !strings.Contains(stderr, `no node "n7"`) {
+		t.Errorf("nodes rm demo n7: exit %d %q", code, stderr)
+	}
+
+	out = must("nodes", "rm", "demo", "n2")
+	if !strings.Contains(out, "1 nodes removed from cluster demo") || strings.Contains(kubectl("get", "nodes"), "demo-n2") {
+		t.Errorf("nodes rm: %s", out)
+	}
+
+	t0 = time.Now()
+	out = must("down", "demo")
+	t.Logf("down demo: gone in %.2fs", time.Since(t0).Seconds())
+	for _, want := range []string{"Draining", "removing 1 nodes", "cluster demo is gone"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("down's output lacks %q", want)
+		}
+	}
+	dataDir := filepath.Join(root, "clusters", "demo")
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Errorf("the DataDir survived: %v", err)
+	}
+	if left, _ := processrunner.FindByMarker(dataDir+"/", programs); len(left) != 0 {
+		t.Errorf("processes survived down: %v", left)
+	}
+	if _, stderr, _ := kcp("ls"); !strings.Contains(stderr, "no clusters") {
+		t.Errorf("ls after down: %q", stderr)
+	}
+
+	serve.Cmd.Process.Signal(syscall.SIGINT)
+	serve.WaitLine(t, "stopped; nothing is running")
+}

@@ -1,0 +1,122 @@
+// Command socialweb-kcp is the operator's client of the cluster provider: it declares
+// Clusters and Nodes on the provider's front and shows what the provider makes of them,
+// with kubectl's conventions (-o wide|yaml|json, --kubeconfig, -n). It runs no process of
+// a cluster itself; "socialweb-clusterprovider serve" does.
+//
+// Exit codes: 0 done; 1 failed (the message says why); 2 bad usage; 3 a wait timed out
+// (what was asked stays declared and the provider keeps at it).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitFailed  = 1
+	exitUsage   = 2
+	exitTimeout = 3
+)
+
+// usageError is a mistake in the command line: exit code 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// timeoutError is a wait that ran out: exit code 3.
+type timeoutError struct {
+	what    string
+	timeout time.Duration
+}
+
+func (e timeoutError) Error() string {
+	return fmt.Sprintf("%s: not within --timeout %s; it stays declared and the provider keeps at it", e.what, e.timeout)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns its exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "socialweb-kcp:", err)
+	var ue usageError
+	var te timeoutError
+	switch {
+	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command"):
+		return exitUsage
+	case errors.As(err, &te):
+		return exitTimeout
+	}
+	return exitFailed
+}
+
+// globals are the flags every command has.
+type globals struct {
+	kubeconfig string
+	namespace  string
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "socialweb-kcp",
+		Short: "Declare tenant Kubernetes clusters and their nodes on the cluster provider, and watch them",
+		Long: `socialweb-kcp declares tenant Kubernetes clusters and their nodes on the cluster provider's
+front, and shows what the provider makes of them. The provider itself is
+"socialweb-clusterprovider serve" (make run starts it).
+
+Exit codes: 0 done, 1 failed, 2 bad usage, 3 a wait timed out.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.kubeconfig, "kubeconfig", defaultKubeconfig(), "the front's kubeconfig (env SOCIALWEB_KCP_KUBECONFIG; default <data-root>/operator.kubeconfig, which serve writes)")
+	pf.StringVarP(&g.namespace, "namespace", "n", "default", "the front namespace (the tenant) the clusters are declared in")
+	root.AddCommand(upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), kubeconfigCmd(g), nodesCmd(g))
+	return root
+}
+
+func defaultKubeconfig() string {
+	if f := os.Getenv("SOCIALWEB_KCP_KUBECONFIG"); f != "" {
+		return f
+	}
+	root := os.Getenv("SOCIALWEB_DATA_ROOT")
+	if root == "" {
+		root = "/var/lib/socialweb-kcp"
+	}
+	return filepath.Join(root, "operator.kubeconfig")
+}
+
+// args checks the positional arguments: n to max of them (max -1: any number).
+func args(n, max int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if len(a) < n || max >= 0 && len(a) > max {
+			return usageError{fmt.Errorf("%s: want %s (got %d arguments)", cmd.CommandPath(), names, len(a))}
+		}
+		return nil
+	}
+}

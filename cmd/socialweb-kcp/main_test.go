@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+)
+
+// Bad command lines exit 2 and name what is wrong; a missing front exits 1 and says what
+// to do; neither touches anything.
+func TestExitCodesAndMessages(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "operator.kubeconfig")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"up"}, exitUsage, "want NAME"},
+		{[]string{"up", "a", "b"}, exitUsage, "want NAME"},
+		{[]string{"ls", "-o", "xml"}, exitUsage, `-o "xml": want wide, yaml or json`},
+		{[]string{"nodes", "add", "demo", "zero"}, exitUsage, `COUNT "zero"`},
+		{[]string{"up", "demo", "--nodes", "-1"}, exitUsage, "--nodes -1"},
+		{[]string{"up", "demo", "--timeout", "soon"}, exitUsage, "--timeout"},
+		{[]string{"frobnicate"}, exitUsage, "unknown command"},
+		{[]string{"nodes", "rm", "demo"}, exitUsage, "want NAME ID..."},
+		{[]string{"ls", "--kubeconfig", missing}, exitFailed, "--kubeconfig " + missing + ": no such file or directory; start the provider first"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, &out, &errb)
+		if code != c.code || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, %q; want exit %d and %q", c.args, code, errb.String(), c.code, c.want)
+		}
+	}
+}
+
+func TestClusterTable(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	cls := []v1alpha1.Cluster{{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "default", CreationTimestamp: metav1.NewTime(now.Add(-3*time.Minute - 12*time.Second))},
+		Spec:       v1alpha1.ClusterSpec{Account: "acme"},
+		Status: v1alpha1.ClusterStatus{Phase: "Ready", URL: "https://127.0.0.1:30000", Nodes: 2,
+			Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Ready", Message: "every component passed its gate"}}},
+	}, {ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "default", CreationTimestamp: metav1.NewTime(now)}}}
+	var b bytes.Buffer
+	clusterTable(&b, cls, false, now)
+	want := "NAME  PHASE  NODES  AGE    URL\n" +
+		"demo  Ready  2      3m12s  https://127.0.0.1:30000\n" +
+		"new   -      0      0s     -\n"
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	clusterTable(&b, cls[:1], true, now)
+	if f := strings.Fields(strings.Split(b.String(), "\n")[1]); len(f) < 8 || f[0] != "default" || f[6] != "acme" {
+		t.Errorf("wide row: %q", f)
+	}
+}
+
+func TestAge(t *testing.T) {
+	for d, want := range map[time.Duration]string{-time.Second: "0s", 45 * time.Second: "45s", 119 * time.Second: "119s",
+		3*time.Minute + 12*time.Second: "3m12s", 42 * time.Minute: "42m", 5 * time.Hour: "5h", 72 * time.Hour: "3d"} {
+		if got := Age(d); got != want {
+			t.Errorf("Age(%s) = %s; want %s", d, got, want)
+		}
+	}
+}
+
+// up waits for Ready, and stops waiting on failures that waiting will not mend.
+func TestUpVerdict(t *testing.T) {
+	c := func(phase, reason string) v1alpha1.Cluster {
+		cl := v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "demo"}, Status: v1alpha1.ClusterStatus{Phase: phase, Conditions: []metav1.Condition{{Type: "Ready", Reason: reason, Message: "m"}}}}
+		if phase == "Ready" {
+			cl.Status.URL = "https://x"
+		}
+		return cl
+	}
+	for _, tc := range []struct {
+		c        v1alpha1.Cluster
+		done, er bool
+	}{
+		{c("Initializing", "BringingUp"), false, false},
+		{c("Ready", "Ready"), true, false},
+		{c("Unavailable", "BringUpFailed"), false, true},
+		{c("Unavailable", "NameTaken"), false, true},
+		{c("Unavailable", "BackingOff"), false, false},
+		{c("Unavailable", "ComponentExited"), false, false},
+	} {
+		done, err := upVerdict(tc.c)
+		if done != tc.done || (err != nil) != tc.er {
+			t.Errorf("%s/%s: done %v err %v", tc.c.Status.Phase, readyReason(tc.c), done, err)
+		}
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	p := progress{Phase: "Initializing", Message: "bring-up under way: kine ready"}
+	if got := p.line(2500 * time.Millisecond); got != "   2.5s  Initializing  bring-up under way: kine ready" {
+		t.Errorf("%q", got)
+	}
+	p = progress{Name: "demo-n1", Phase: "Ready"}
+	if got := p.line(0); got != "   0.0s  demo-n1  Ready" {
+		t.Errorf("%q", got)
+	}
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/instancesnapshot"
+	"socialweb.computer/kcp/internal/nodeprovider"
+)
+
+func nodesCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "Add, remove and list a cluster's nodes (simulated guests, initialized by its CCM)",
+	}
+	var w waitFlags
+	add := &cobra.Command{
+		Use:     "add NAME [COUNT]",
+		Short:   "Add COUNT (default 1) nodes to cluster NAME and wait until each is Ready",
+		Example: "  socialweb-kcp nodes add demo 2",
+		Args:    args(1, 2, "NAME [COUNT]"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			count := 1
+			if len(a) == 2 {
+				n, err := strconv.Atoi(a[1])
+				if err != nil || n < 1 || n > 100 {
+					return usageError{fmt.Errorf("COUNT %q: want a number from 1 to 100", a[1])}
+				}
+				count = n
+			}
+			f, err := g.front()
+			if err != nil {
+				return err
+			}
+			if _, err := f.cluster(cmd.Context(), a[0]); err != nil {
+				return f.explain(err, "cluster", a[0])
+			}
+			return addNodes(cmd.Context(), f, cmd.OutOrStdout(), a[0], count, w)
+		},
+	}
+	addWaitFlags(add, &w, "every node is Ready")
+	var rw waitFlags
+	rm := &cobra.Command{
+		Use:     "rm NAME ID...",
+		Short:   "Remove nodes from cluster NAME: each is drained, its guest deleted, its Node gone",
+		Example: "  socialweb-kcp nodes rm demo n2",
+		Args:    args(2, -1, "NAME ID..."),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			f, err := g.front()
+			if err != nil {
+				return err
+			}
+			return removeNodes(cmd.Context(), f, cmd.OutOrStdout(), a[0], a[1:], rw)
+		},
+	}
+	addWaitFlags(rm, &rw, "every node is gone")
+	var output string
+	ls := &cobra.Command{
+		Use:   "ls NAME",
+		Short: "List cluster NAME's nodes: NAME ID PHASE PROVIDER-ID AGE",
+		Args:  args(1, 1, "NAME"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			f, err := g.front()
+			if err != nil {
+				return err
+			}
+			if _, err := f.cluster(cmd.Context(), a[0]); err != nil {
+				return f.explain(err, "cluster", a[0])
+			}
+			ns, err := f.nodes(cmd.Context(), a[0])
+			if err != nil {
+				return f.explain(err, "node", "")
+			}
+			if output == outYAML || output == outJSON {
+				return printObject(cmd.OutOrStdout(), output, list(ns))
+			}
+			if len(ns) == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "cluster %s has no nodes (socialweb-kcp nodes add %s)\n", a[0], a[0])
+				return nil
+			}
+			return nodeTable(cmd.OutOrStdout(), ns, output == outWide, time.Now())
+		},
+	}
+	ls.Flags().StringVarP(&output, "output", "o", "", "wide, yaml or json")
+	cmd.AddCommand(add, rm, ls)
+	return cmd
+}
+
+// addNodes declares count Node objects for cluster under the next free ids and, with
+// --wait, shows each one's progress until all are Ready.
+func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, count int, w waitFlags) error {
+	have, err := f.nodes(ctx, cluster)
+	if err != nil {
+		return f.explain(err, "node", "")
+	}
+	var taken []instancesnapshot.Instance
+	for _, n := range have {
+		taken = append(taken, instancesnapshot.Instance{NodeID: n.Spec.NodeID})
+	}
+	var names []string
+	for _, id := range clusterprovider.NextNodeIDs(taken, count) {
+		name, err := nodeprovider.NodeName(cluster, id)
+		if err != nil {
+			return err
+		}
+		n := &v1alpha1.Node{TypeMeta: typeMeta("Node"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: v1alpha1.NodeSpec{Cluster: cluster, NodeID: id}}
+		if err := f.create(ctx, n); err != nil {
+			return f.explain(err, "node", "")
+		}
+		names = append(names, name)
+		fmt.Fprintf(out, "node %s declared\n", name)
+	}
+	if !w.wait {
+		return nil
+	}
+	err = watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v Ready", names), func(ctx context.Context) (map[string]progress, bool, error) {
+		ns, err := f.nodes(ctx, cluster)
+		if err != nil {
+			return nil, false, f.explain(err, "node", "")
+		}
+		now, ready := map[string]progress{}, 0
+		for _, n := range ns {
+			if slices.Contains(names, n.Name) {
+				now[n.Name] = nodeProgress(n)
+				if n.Status.Phase == v1alpha1.NodePhaseReady {
+					ready++
+				}
+			}
+		}
+		return now, ready == len(names), nil
+	})
+	if err == nil {
+		fmt.Fprintf(out, "%d nodes Ready in cluster %s\n", len(names), cluster)
+	}
+	return err
+}
+
+// removeNodes deletes the Node objects of ids and, with --wait, shows their teardown.
+func removeNodes(ctx context.Context, f *front, out io.Writer, cluster string, ids []string, w waitFlags) error {
+	have, err := f.nodes(ctx, cluster)
+	if err != nil {
+		return f.explain(err, "node", "")
+	}
+	var names []string
+	for _, id := range ids {
+		i := slices.IndexFunc(have, func(n v1alpha1.Node) bool { return n.Spec.NodeID == id })
+		if i < 0 {
+			return fmt.Errorf("cluster %s has no node %q (socialweb-kcp nodes ls %s); nothing removed", cluster, id, cluster)
+		}
+		names = append(names, have[i].Name)
+	}
+	for _, name := range names {
+		err := f.dyn.Resource(clusterprovider.NodesResource).Namespace(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return f.explain(err, "node", name)
+		}
+		fmt.Fprintf(out, "node %s: removal requested\n", name)
+	}
+	if !w.wait {
+		return nil
+	}
+	err = watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v gone", names), func(ctx context.Context) (map[string]progress, bool, error) {
+		ns, err := f.nodes(ctx, cluster)
+		if err != nil {
+			return nil, false, f.explain(err, "node", "")
+		}
+		now := map[string]progress{}
+		for _, name := range names {
+			now[name] = progress{Name: name, Phase: "Deleted", Message: "drained, guest deleted, Node gone"}
+		}
+		left := 0
+		for _, n := range ns {
+			if slices.Contains(names, n.Name) {
+				now[n.Name] = nodeProgress(n)
+				left++
+			}
+		}
+		return now, left == 0, nil
+	})
+	if err == nil {
+		fmt.Fprintf(out, "%d nodes removed from cluster %s\n", len(names), cluster)
+	}
+	return err
+}
