@@ -1,12 +1,12 @@
 # The two commands of the README.
-NAME      ?= demo
 DATA_ROOT ?= /var/lib/socialweb-kcp
 
 .PHONY: run test check-fast install bench
 
-# Installs the pinned components and builds our binaries (idempotent), brings up cluster $(NAME).
+# Installs the pinned components and builds our binaries (idempotent), then runs the
+# cluster provider with its own front until Ctrl-C; bin/socialweb-kcp talks to it.
 run: install
-	bin/socialweb-clusterprovider up $(NAME) --data-root $(DATA_ROOT) --bin-dir $(CURDIR)/bin
+	bin/socialweb-clusterprovider serve --data-root $(DATA_ROOT) --bin-dir $(CURDIR)/bin
 
 # Every test, live ones included (what CI runs).
 test:

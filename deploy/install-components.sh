@@ -2,7 +2,7 @@
 # Installs the pinned third-party components the tenant control planes run:
 #   PostgreSQL 15 (Debian package), and into bin/: kube-apiserver, kube-controller-manager,
 #   kube-scheduler, kubectl (from components/go.mod, k8s.io/kubernetes v1.37.2), kine and kwok,
-#   and the project's own socialweb-cloud-controller-manager and socialweb-clusterprovider.
+#   and the project's own socialweb-cloud-controller-manager, socialweb-clusterprovider and socialweb-kcp.
 # Idempotent: a binary whose pin is unchanged is not rebuilt. One build runs at a time.
 # Built binaries are also kept in a cache outside the work tree (SOCIALWEB_COMPONENTS_CACHE,
 # default ~/.cache/socialweb-kcp/components) keyed by the pin, so a fresh clone on the same
@@ -104,7 +104,7 @@ build_module kwok "$KWOK_MODULE" "$KWOK_VERSION" ./cmd/kwok 0 "-X sigs.k8s.io/kw
 # The project's own binaries: always built (go's build cache makes an unchanged one quick),
 # so bin/ never runs a CCM older than the source. Same flags as the Kubernetes builds, so
 # the k8s.io packages they share come from the build cache.
-for cmd in socialweb-cloud-controller-manager socialweb-clusterprovider; do
+for cmd in socialweb-cloud-controller-manager socialweb-clusterprovider socialweb-kcp; do
   t=$(now)
   (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/$cmd.tmp" "./cmd/$cmd")
   mv "$bin/$cmd.tmp" "$bin/$cmd"
