@@ -65,11 +65,11 @@ func upCmd(g *globals) *cobra.Command {
 				c := &v1alpha1.Cluster{TypeMeta: typeMeta("Cluster"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
 					Spec: v1alpha1.ClusterSpec{Account: account, MaxNodes: maxNodes, PodsPerNode: podsPerNode}}
 				if err := f.create(ctx, c); err != nil {
-					return f.explain(err, "cluster", "")
+					return err
 				}
 				fmt.Fprintf(stdout, "cluster %s declared in namespace %s\n", name, f.ns)
 			case err != nil:
-				return f.explain(err, "cluster", "")
+				return err
 			case cl.DeletionTimestamp != nil:
 				return fmt.Errorf("cluster %s is being deleted; wait for socialweb-kcp down %s to end, then run up again", name, name)
 			case cl.Spec.Running != nil && !*cl.Spec.Running:
@@ -87,7 +87,7 @@ func upCmd(g *globals) *cobra.Command {
 			err = watch(ctx, stdout, w.timeout, "cluster "+name+" Ready", func(ctx context.Context) (map[string]progress, bool, error) {
 				c, err := f.cluster(ctx, name)
 				if err != nil {
-					return nil, false, f.explain(err, "cluster", name)
+					return nil, false, err
 				}
 				done, err := upVerdict(c)
 				return map[string]progress{"": clusterProgress(c)}, done, err
@@ -97,7 +97,7 @@ func upCmd(g *globals) *cobra.Command {
 			}
 			cl, err = f.cluster(ctx, name)
 			if err != nil {
-				return f.explain(err, "cluster", name)
+				return err
 			}
 			fmt.Fprintf(stdout, "cluster %s is Ready at %s\n", name, cl.Status.URL)
 			if err := writeKubeconfig(ctx, f, name, out); err != nil {
@@ -166,7 +166,7 @@ func downCmd(g *globals) *cobra.Command {
 					return map[string]progress{"": {Phase: "Deleted", Message: "nodes, processes, port, data and kubeconfig Secret are gone"}}, true, nil
 				}
 				if err != nil {
-					return nil, false, f.explain(err, "cluster", name)
+					return nil, false, err
 				}
 				return map[string]progress{"": clusterProgress(c)}, false, nil
 			})
@@ -200,7 +200,7 @@ func lsCmd(g *globals) *cobra.Command {
 			}
 			cls, err := f.clusters(cmd.Context(), all)
 			if err != nil {
-				return f.explain(err, "cluster", "")
+				return err
 			}
 			if output == outYAML || output == outJSON {
 				return printObject(cmd.OutOrStdout(), output, list(cls))
@@ -234,14 +234,14 @@ func statusCmd(g *globals) *cobra.Command {
 			ctx, stdout := cmd.Context(), cmd.OutOrStdout()
 			c, err := f.cluster(ctx, a[0])
 			if err != nil {
-				return f.explain(err, "cluster", a[0])
+				return err
 			}
 			if output == outYAML || output == outJSON {
 				return printObject(stdout, output, c)
 			}
 			ns, err := f.nodes(ctx, c.Name)
 			if err != nil {
-				return f.explain(err, "node", "")
+				return err
 			}
 			describeCluster(stdout, c, time.Now())
 			if len(ns) > 0 {
@@ -293,7 +293,7 @@ func kubeconfigCmd(g *globals) *cobra.Command {
 			}
 			ctx := cmd.Context()
 			if _, err := f.cluster(ctx, a[0]); err != nil {
-				return f.explain(err, "cluster", a[0])
+				return err
 			}
 			if file != "" {
 				if err := writeKubeconfig(ctx, f, a[0], file); err != nil {

@@ -22,7 +22,7 @@ import (
 	"socialweb.computer/kcp/internal/clusterprovider"
 )
 
-// front is the provider's front API, in one namespace.
+// front is the provider's front API, in one namespace. Its errors come explained.
 type front struct {
 	dyn  dynamic.Interface
 	core kubernetes.Interface
@@ -50,28 +50,36 @@ func (g *globals) front() (*front, error) {
 	return &front{dyn: dyn, core: core, ns: g.namespace, host: cfg.Host}, nil
 }
 
+// explained is the front's error told as what to do about it; errors.Is and apierrors
+// still see the original.
+type explained struct {
+	msg string
+	err error
+}
+
+func (e explained) Error() string { return e.msg }
+func (e explained) Unwrap() error { return e.err }
+
 // explain turns the front's errors into what to do about them.
 func (f *front) explain(err error, kind, name string) error {
 	switch {
 	case err == nil:
 		return nil
 	case apierrors.IsNotFound(err) && name != "":
-		return fmt.Errorf("%s %s not found in namespace %s (socialweb-kcp ls -A lists every cluster)", kind, name, f.ns)
+		return explained{fmt.Sprintf("%s %s not found in namespace %s (socialweb-kcp ls -A lists every cluster)", kind, name, f.ns), err}
 	case apierrors.IsNotFound(err):
-		return fmt.Errorf("the front at %s does not serve %ss: is it the provider's front? (%w)", f.host, kind, err)
-	case apierrors.IsInvalid(err), apierrors.IsAlreadyExists(err), apierrors.IsForbidden(err):
-		return err // the front's own message names the field
+		return explained{fmt.Sprintf("the front at %s does not serve %ss: is it the provider's front? (%v)", f.host, kind, err), err}
 	case strings.Contains(err.Error(), "connection refused"):
-		return fmt.Errorf("the front at %s does not answer: is the provider running (make run, or socialweb-clusterprovider serve)? (%w)", f.host, err)
+		return explained{fmt.Sprintf("the front at %s does not answer: is the provider running (make run, or socialweb-clusterprovider serve)? (%v)", f.host, err), err}
 	}
-	return err
+	return err // the front's own message (Invalid names the field)
 }
 
 func (f *front) cluster(ctx context.Context, name string) (v1alpha1.Cluster, error) {
 	var c v1alpha1.Cluster
 	u, err := f.dyn.Resource(clusterprovider.ClustersResource).Namespace(f.ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return c, err
+		return c, f.explain(err, "cluster", name)
 	}
 	return c, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c)
 }
@@ -83,7 +91,7 @@ func (f *front) clusters(ctx context.Context, allNamespaces bool) ([]v1alpha1.Cl
 	}
 	ul, err := f.dyn.Resource(clusterprovider.ClustersResource).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, f.explain(err, "cluster", "")
 	}
 	return convert[v1alpha1.Cluster](ul.Items)
 }
@@ -92,7 +100,7 @@ func (f *front) clusters(ctx context.Context, allNamespaces bool) ([]v1alpha1.Cl
 func (f *front) nodes(ctx context.Context, cluster string) ([]v1alpha1.Node, error) {
 	ul, err := f.dyn.Resource(clusterprovider.NodesResource).Namespace(f.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, f.explain(err, "node", "")
 	}
 	all, err := convert[v1alpha1.Node](ul.Items)
 	all = slices.DeleteFunc(all, func(n v1alpha1.Node) bool { return n.Spec.Cluster != cluster })
@@ -121,7 +129,7 @@ func (f *front) create(ctx context.Context, obj any) error {
 		res = clusterprovider.NodesResource
 	}
 	_, err = f.dyn.Resource(res).Namespace(f.ns).Create(ctx, &unstructured.Unstructured{Object: m}, metav1.CreateOptions{})
-	return err
+	return f.explain(err, strings.ToLower(res.Resource[:len(res.Resource)-1]), "")
 }
 
 func typeMeta(kind string) metav1.TypeMeta {

@@ -43,7 +43,7 @@ func nodesCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if _, err := f.cluster(cmd.Context(), a[0]); err != nil {
-				return f.explain(err, "cluster", a[0])
+				return err
 			}
 			return addNodes(cmd.Context(), f, cmd.OutOrStdout(), a[0], count, w)
 		},
@@ -78,11 +78,11 @@ func nodesCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if _, err := f.cluster(cmd.Context(), a[0]); err != nil {
-				return f.explain(err, "cluster", a[0])
+				return err
 			}
 			ns, err := f.nodes(cmd.Context(), a[0])
 			if err != nil {
-				return f.explain(err, "node", "")
+				return err
 			}
 			if output == outYAML || output == outJSON {
 				return printObject(cmd.OutOrStdout(), output, list(ns))
@@ -102,23 +102,28 @@ func nodesCmd(g *globals) *cobra.Command {
 // addNodes declares count Node objects for cluster under the next free ids and, with
 // --wait, shows each one's progress until all are Ready.
 func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, count int, w waitFlags) error {
-	have, err := f.nodes(ctx, cluster)
-	if err != nil {
-		return f.explain(err, "node", "")
-	}
-	var taken []instancesnapshot.Instance
-	for _, n := range have {
-		taken = append(taken, instancesnapshot.Instance{NodeID: n.Spec.NodeID})
-	}
 	var names []string
-	for _, id := range clusterprovider.NextNodeIDs(taken, count) {
+	// The front decides who gets an id: a name another client created first since the
+	// listing is AlreadyExists, and the next free id is tried.
+	for tries := 0; len(names) < count; tries++ {
+		have, err := f.nodes(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		var taken []instancesnapshot.Instance
+		for _, n := range have {
+			taken = append(taken, instancesnapshot.Instance{NodeID: n.Spec.NodeID})
+		}
+		id := clusterprovider.NextNodeIDs(taken, 1)[0]
 		name, err := nodeprovider.NodeName(cluster, id)
 		if err != nil {
 			return err
 		}
 		n := &v1alpha1.Node{TypeMeta: typeMeta("Node"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: v1alpha1.NodeSpec{Cluster: cluster, NodeID: id}}
-		if err := f.create(ctx, n); err != nil {
-			return f.explain(err, "node", "")
+		if err := f.create(ctx, n); apierrors.IsAlreadyExists(err) && tries < 10 {
+			continue
+		} else if err != nil {
+			return err
 		}
 		names = append(names, name)
 		fmt.Fprintf(out, "node %s declared\n", name)
@@ -126,10 +131,10 @@ func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, coun
 	if !w.wait {
 		return nil
 	}
-	err = watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v Ready", names), func(ctx context.Context) (map[string]progress, bool, error) {
+	err := watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v Ready", names), func(ctx context.Context) (map[string]progress, bool, error) {
 		ns, err := f.nodes(ctx, cluster)
 		if err != nil {
-			return nil, false, f.explain(err, "node", "")
+			return nil, false, err
 		}
 		now, ready := map[string]progress{}, 0
 		for _, n := range ns {
@@ -152,7 +157,7 @@ func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, coun
 func removeNodes(ctx context.Context, f *front, out io.Writer, cluster string, ids []string, w waitFlags) error {
 	have, err := f.nodes(ctx, cluster)
 	if err != nil {
-		return f.explain(err, "node", "")
+		return err
 	}
 	var names []string
 	for _, id := range ids {
@@ -175,7 +180,7 @@ func removeNodes(ctx context.Context, f *front, out io.Writer, cluster string, i
 	err = watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v gone", names), func(ctx context.Context) (map[string]progress, bool, error) {
 		ns, err := f.nodes(ctx, cluster)
 		if err != nil {
-			return nil, false, f.explain(err, "node", "")
+			return nil, false, err
 		}
 		now := map[string]progress{}
 		for _, name := range names {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -353,16 +354,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 	key := cl.Namespace + "/" + cl.Name
 	switch op {
 	case materialiser.OpAddFinalizer, materialiser.OpRemoveFinalizer:
-		fins := slices.DeleteFunc(slices.Clone(cl.Finalizers), func(f string) bool { return f == v1alpha1.TeardownFinalizer })
-		if op == materialiser.OpAddFinalizer {
-			fins = append(fins, v1alpha1.TeardownFinalizer)
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fins, "resourceVersion": cl.ResourceVersion}})
-		_, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).Patch(ctx, cl.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if op == materialiser.OpRemoveFinalizer && apierrors.IsNotFound(err) {
-			return nil // already gone: an earlier pass removed it and the cache lagged
-		}
-		return err
+		return l.setFinalizer(ctx, ClustersResource, &cl.ObjectMeta, v1alpha1.TeardownFinalizer, op == materialiser.OpAddFinalizer, nil)
 	case materialiser.OpBringUp:
 		l.mu.Lock()
 		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), nil
@@ -517,18 +509,44 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 		return
 	}
 	cl.Status = status
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cl)
-	if err != nil {
-		return
-	}
-	// A conflict is no news: the object changed, and its update event brings the next pass.
-	got, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
-	switch {
-	case err == nil:
-		cl.ResourceVersion = got.GetResourceVersion() // the finalizer patch that may follow is guarded by it
-	case !apierrors.IsConflict(err):
+	if err := l.updateStatus(ctx, ClustersResource, cl, &cl.ObjectMeta); err != nil {
 		l.Log.Warn("status not written", "cluster", cl.Namespace+"/"+cl.Name, "err", err)
 	}
+}
+
+// updateStatus writes obj's status through the status subresource of res and takes the new
+// resourceVersion into m, since the finalizer patch that may follow is guarded by it. A
+// conflict or a vanished object is no news: the event it made brings the next pass.
+func (l *Loop) updateStatus(ctx context.Context, res schema.GroupVersionResource, obj any, m *metav1.ObjectMeta) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	got, err := l.Front.Resource(res).Namespace(m.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		m.ResourceVersion = got.GetResourceVersion()
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return nil
+	}
+	return err
+}
+
+// setFinalizer adds finalizer to the object m of res, or removes it, with more metadata
+// when given; guarded by m's resourceVersion. Removing it from an object already gone is done.
+func (l *Loop) setFinalizer(ctx context.Context, res schema.GroupVersionResource, m *metav1.ObjectMeta, finalizer string, add bool, more map[string]any) error {
+	fins := slices.DeleteFunc(slices.Clone(m.Finalizers), func(f string) bool { return f == finalizer })
+	if add {
+		fins = append(fins, finalizer)
+	}
+	md := map[string]any{"finalizers": fins, "resourceVersion": m.ResourceVersion}
+	maps.Copy(md, more)
+	patch, _ := json.Marshal(map[string]any{"metadata": md})
+	_, err := l.Front.Resource(res).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if !add && apierrors.IsNotFound(err) {
+		return nil // already gone: an earlier pass removed it and the cache lagged
+	}
+	return err
 }
 
 func equalStatus(a, b v1alpha1.ClusterStatus) bool {

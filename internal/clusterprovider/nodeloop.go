@@ -2,7 +2,6 @@ package clusterprovider
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"socialweb.computer/kcp/api/v1alpha1"
@@ -116,21 +114,12 @@ func (l *Loop) running(key string) *Cluster {
 
 func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.Node, c *Cluster, owner *unstructured.Unstructured) error {
 	switch op {
-	case materialiser.OpAdoptNode, materialiser.OpReleaseNode:
-		fins := slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == v1alpha1.NodeFinalizer })
-		m := map[string]any{"resourceVersion": n.ResourceVersion}
-		if op == materialiser.OpAdoptNode {
-			// The Cluster owns its Nodes: the front's garbage collector deletes them with it.
-			m["ownerReferences"] = []metav1.OwnerReference{{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "Cluster", Name: owner.GetName(), UID: owner.GetUID()}}
-			fins = append(fins, v1alpha1.NodeFinalizer)
-		}
-		m["finalizers"] = fins
-		patch, _ := json.Marshal(map[string]any{"metadata": m})
-		_, err := l.Front.Resource(NodesResource).Namespace(n.Namespace).Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if op == materialiser.OpReleaseNode && apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
+	case materialiser.OpAdoptNode:
+		// The Cluster owns its Nodes: the front's garbage collector deletes them with it.
+		owners := []metav1.OwnerReference{{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "Cluster", Name: owner.GetName(), UID: owner.GetUID()}}
+		return l.setFinalizer(ctx, NodesResource, &n.ObjectMeta, v1alpha1.NodeFinalizer, true, map[string]any{"ownerReferences": owners})
+	case materialiser.OpReleaseNode:
+		return l.setFinalizer(ctx, NodesResource, &n.ObjectMeta, v1alpha1.NodeFinalizer, false, nil)
 	case materialiser.OpAddGuest:
 		ctx, cancel := context.WithTimeout(ctx, nodeJoinDeadline)
 		defer cancel()
@@ -147,15 +136,7 @@ func (l *Loop) writeNodeStatus(ctx context.Context, n *v1alpha1.Node, status v1a
 		return
 	}
 	n.Status = status
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(n)
-	if err != nil {
-		return
-	}
-	got, err := l.Front.Resource(NodesResource).Namespace(n.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
-	switch {
-	case err == nil:
-		n.ResourceVersion = got.GetResourceVersion() // the finalizer patch that may follow is guarded by it
-	case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+	if err := l.updateStatus(ctx, NodesResource, n, &n.ObjectMeta); err != nil {
 		l.Log.Warn("node status not written", "cluster", n.Namespace+"/"+n.Spec.Cluster, "node", n.Spec.NodeID, "err", err)
 	}
 }
