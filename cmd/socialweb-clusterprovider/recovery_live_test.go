@@ -18,11 +18,12 @@ import (
 	"socialweb.computer/kcp/internal/processrunner"
 )
 
-// Two clusters through the service: a component that dies is noticed and its cluster
-// comes back while the other is untouched; then kill -9 of the provider, a restart, and
-// both are Ready again with their data, no process twice, no port twice.
+// Two clusters through the service, one with a Node: a component that dies is noticed and
+// its cluster comes back while the other is untouched; then kill -9 of the provider, a
+// restart, and both are Ready again with their data and the Node, no process twice (kwok
+// included), no port twice.
 func TestTheServiceRecovers(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
 	root := livetest.DataRoot(t)
 	r, kubectl, _ := startServe(t, exe, bin, root, "33300-33399")
 	phase := func(name string) string { return kubectl("get", "clusters", name, "-o", "jsonpath={.status.phase}") }
@@ -52,10 +53,23 @@ apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
 metadata: {name: two, namespace: default}
 spec: {account: acme}
+---
+apiVersion: socialweb.computer/v1alpha1
+kind: Node
+metadata: {name: two-n1, namespace: default}
+spec: {cluster: two, nodeID: n1}
 `), 0o600)
 	kubectl("apply", "-f", manifest)
 	waitPhase("one", "Ready")
 	waitPhase("two", "Ready")
+	nodeReady := func() {
+		t.Helper()
+		eventually(t, 2*time.Minute, "Node two-n1 Ready", func() (bool, string) {
+			p := kubectl("get", "nodes.socialweb.computer", "two-n1", "-o", "jsonpath={.status.phase} {.status.providerID}")
+			return p == "Ready socialweb://two/two-n1", p
+		})
+	}
+	nodeReady()
 	ctx := context.Background()
 	for _, name := range []string{"one", "two"} {
 		_, err := tenant(name).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"cluster": name}}, metav1.CreateOptions{})
@@ -88,7 +102,7 @@ spec: {account: acme}
 
 	parent := t
 	t.Run("kill -9 of the provider, then a restart", func(t *testing.T) {
-		programs := []string{filepath.Join(bin, "kine"), apiserver, filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
+		programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "kine"), apiserver, filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
 		before, _ := processrunner.FindByMarker(root+"/", programs)
 		r.Cmd.Process.Signal(syscall.SIGKILL)
 		r.Cmd.Wait()
@@ -98,6 +112,11 @@ spec: {account: acme}
 		waitPhase("one", "Unavailable")
 		waitPhase("one", "Ready")
 		waitPhase("two", "Ready")
+		nodeReady()
+		n, err := tenant("two").CoreV1().Nodes().Get(ctx, "two-n1", metav1.GetOptions{})
+		if err != nil || n.Spec.ProviderID != "socialweb://two/two-n1" {
+			t.Errorf("the tenant's Node two-n1 after the crash: %v", err)
+		}
 		for _, id := range before {
 			if id.Alive() {
 				t.Errorf("survivor pid %d (%s) was adopted or left, not reaped", id.Pid, id.Cmdline[0])
