@@ -27,18 +27,24 @@ func GroupPSS(pgid int) float64 {
 		if len(f) < 3 || f[2] != strconv.Itoa(pgid) { // field 5: pgrp
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "Pss:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-				total += kb / 1024
-			}
-		}
+		total += PSS(pid)
 	}
 	return total
+}
+
+// PSS is one process's PSS (MiB); 0 when it cannot be read.
+func PSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pss:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 // Median of v; 0 for none.
