@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,6 +35,12 @@ import (
 
 // ClustersResource is the Cluster CRD's resource on the front.
 var ClustersResource = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: "clusters"}
+
+// The informers' indexes.
+const (
+	byName    = "name"
+	byCluster = "cluster"
+)
 
 // Loop materialises the Clusters declared on a front (any Kubernetes API with the CRDs):
 // watch-driven (an informer and a rate-limited work queue), each decision taken by
@@ -59,7 +64,9 @@ type Loop struct {
 	nodeQueue  workqueue.TypedRateLimitingInterface[string] // Node keys
 	lister     cache.GenericLister
 	nodeLister cache.GenericLister
-	slots      chan struct{}
+	// clusterIndex finds the Clusters of a name; nodeIndex the Nodes of a namespace/cluster.
+	clusterIndex, nodeIndex cache.Indexer
+	slots                   chan struct{}
 
 	mu    sync.Mutex
 	state map[string]*runState // by namespace/name
@@ -103,6 +110,28 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		return cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue}
 	}
+	// Indexes, so that a pass reads the Clusters of one name and the Nodes of one cluster,
+	// not every object on the front.
+	if err := clusters.Informer().AddIndexers(cache.Indexers{byName: func(obj any) ([]string, error) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, err
+		}
+		return []string{m.GetName()}, nil
+	}}); err != nil {
+		return err
+	}
+	if err := nodes.Informer().AddIndexers(cache.Indexers{byCluster: func(obj any) ([]string, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, nil
+		}
+		c, _, _ := unstructured.NestedString(u.Object, "spec", "cluster")
+		return []string{u.GetNamespace() + "/" + c}, nil
+	}}); err != nil {
+		return err
+	}
+	l.clusterIndex, l.nodeIndex = clusters.Informer().GetIndexer(), nodes.Informer().GetIndexer()
 	clusters.Informer().AddEventHandler(handler(l.queue))
 	nodes.Informer().AddEventHandler(handler(l.nodeQueue))
 	f.Start(ctx.Done())
@@ -219,9 +248,13 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	// A cluster's name is its DataDir and its lease: unique on this provider, whatever the
 	// namespace. The oldest Cluster of a name owns it; another one is refused and, when
 	// deleted, lets go of its finalizer without touching the owner's cluster.
-	all, err := l.lister.List(labels.Everything())
+	named, err := l.clusterIndex.ByIndex(byName, cl.Name)
 	if err != nil {
 		return 0, err
+	}
+	all := make([]runtime.Object, 0, len(named))
+	for _, o := range named {
+		all = append(all, o.(runtime.Object))
 	}
 	if owner := NameOwner(all, cl.Name); owner != key {
 		return 0, l.refuseName(ctx, &cl, owner)
@@ -283,6 +316,9 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 		} else {
 			return o, err // an unreadable snapshot is an error, never zero nodes (invariant 14)
 		}
+	}
+	if !o.Deleting {
+		return o, nil // the Secret matters only to a teardown: no read on every other pass
 	}
 	_, err = l.Core.CoreV1().Secrets(cl.Namespace).Get(ctx, kubeconfigSecret(cl.Name), metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -9,7 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
@@ -143,14 +142,13 @@ func (l *Loop) writeNodeStatus(ctx context.Context, n *v1alpha1.Node, status v1a
 
 // enqueueNodesOf queues the Node objects of the cluster ns/name: its phase decides theirs.
 func (l *Loop) enqueueNodesOf(ns, name string) {
-	objs, err := l.nodeLister.ByNamespace(ns).List(labels.Everything())
+	objs, err := l.nodeIndex.ByIndex(byCluster, ns+"/"+name)
 	if err != nil {
 		return
 	}
 	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		if c, _, _ := unstructured.NestedString(u.Object, "spec", "cluster"); c == name {
-			l.nodeQueue.Add(ns + "/" + u.GetName())
+		if key, err := cache.MetaNamespaceKeyFunc(o); err == nil {
+			l.nodeQueue.Add(key)
 		}
 	}
 }
