@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/logfile"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
 	"socialweb.computer/kcp/internal/procgroup"
@@ -366,7 +367,8 @@ func ensureDir(path string, mode os.FileMode, gid int) error {
 }
 
 func (c *Cluster) logWriter(comp procgroup.Component) io.Writer {
-	f, err := os.OpenFile(c.Spec.Layout().Log(comp.String()), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// Capped and rotated: the CCM logs every resync, and nothing else would bound a log.
+	f, err := logfile.Open(c.Spec.Layout().Log(comp.String()), logfile.DefaultMaxBytes, logfile.DefaultKeep)
 	if err != nil {
 		return c.p.cfg.Log
 	}
