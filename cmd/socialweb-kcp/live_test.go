@@ -66,7 +66,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	t0 := time.Now()
 	out := must("up", "demo", "--timeout", "3m")
 	t.Logf("up demo: Ready and kubeconfig written in %.2fs", time.Since(t0).Seconds())
-	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "Declared", "postgres ready, kine ready, kube-apiserver starting", "kube-scheduler ready, cloud-controller-manager starting", "Ready ", "kubeconfig written to demo.kubeconfig"} {
+	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "Declared", "postgres ready, kine ready, kube-apiserver starting", "kube-apiserver ready, kube-controller-manager starting", "Ready ", "kubeconfig written to demo.kubeconfig"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("up's output lacks %q", want)
 		}
@@ -99,7 +99,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	}
 
 	out = must("nodes", "add", "demo", "2")
-	for _, want := range []string{"node demo-n1 declared", "node demo-n2 declared", "demo-n1  Ready", "demo-n2  Ready", "2 nodes Ready in cluster demo"} {
+	for _, want := range []string{"node demo-n1 declared", "node demo-n2 declared", "demo-n1  Ready", "demo-n2  Ready", "Ready in cluster demo: demo-n1, demo-n2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("nodes add's output lacks %q", want)
 		}
@@ -139,14 +139,14 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	}
 
 	out = must("nodes", "rm", "demo", "n2")
-	if !strings.Contains(out, "1 nodes removed from cluster demo") || strings.Contains(kubectl("get", "nodes"), "demo-n2") {
+	if !strings.Contains(out, "removed from cluster demo: demo-n2") || strings.Contains(kubectl("get", "nodes"), "demo-n2") {
 		t.Errorf("nodes rm: %s", out)
 	}
 
 	t0 = time.Now()
 	out = must("down", "demo")
 	t.Logf("down demo: gone in %.2fs", time.Since(t0).Seconds())
-	for _, want := range []string{"Draining", "removing 1 nodes", "cluster demo is gone"} {
+	for _, want := range []string{"Draining", "Deleted", "cluster demo is gone"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("down's output lacks %q", want)
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -148,7 +149,7 @@ func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, coun
 		return now, ready == len(names), nil
 	})
 	if err == nil {
-		fmt.Fprintf(out, "%d nodes Ready in cluster %s\n", len(names), cluster)
+		fmt.Fprintf(out, "Ready in cluster %s: %s\n", cluster, strings.Join(names, ", "))
 	}
 	return err
 }
@@ -196,7 +197,7 @@ func removeNodes(ctx context.Context, f *front, out io.Writer, cluster string, i
 		return now, left == 0, nil
 	})
 	if err == nil {
-		fmt.Fprintf(out, "%d nodes removed from cluster %s\n", len(names), cluster)
+		fmt.Fprintf(out, "removed from cluster %s: %s\n", cluster, strings.Join(names, ", "))
 	}
 	return err
 }

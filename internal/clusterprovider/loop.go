@@ -428,12 +428,20 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		if err != nil {
 			return err
 		}
-		for _, in := range list {
-			if err := c.RemoveNode(ctx, in.NodeID); err != nil {
-				return err
-			}
+		// A few at a time, each drained, deleted and unlisted; no wait for the CCM to delete
+		// the Node, which goes with the cluster's data.
+		errs := make([]error, len(list))
+		sem := make(chan struct{}, removeNodesAtOnce)
+		var wg sync.WaitGroup
+		for i, in := range list {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				_, errs[i] = c.retireGuest(ctx, in.NodeID)
+			})
 		}
-		return nil
+		wg.Wait()
+		return errors.Join(errs...)
 	case materialiser.OpReleaseLease:
 		if port := l.leaseOf(cl.Name); port != 0 {
 			return l.P.Leases().Release(port, leaseHolder(clusterstack.Spec{Name: cl.Name}))
@@ -494,6 +502,9 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 	l.mu.Unlock()
 	l.queue.Add(key)
 }
+
+// removeNodesAtOnce bounds the guests a teardown removes at once.
+const removeNodesAtOnce = 8
 
 // errBringUpUnderWay: a stop must wait for the bring-up that is running to end.
 var errBringUpUnderWay = errors.New("a bring-up is under way; stopping once it ends")

@@ -118,13 +118,8 @@ func (c *Cluster) nodeInitialized(ctx context.Context, name string) (bool, error
 // RemoveNode drains the guest nodeID's Node, deletes the guest, unlists it, and waits
 // until the CCM has deleted its Node.
 func (c *Cluster) RemoveNode(ctx context.Context, nodeID string) error {
-	g, err := nodeprovider.NewGuest(c.Name, nodeID)
+	g, err := c.retireGuest(ctx, nodeID)
 	if err != nil {
-		return err
-	}
-	guests := c.Guests()
-	drain := func(ctx context.Context) error { return c.drain(ctx, g.Name) }
-	if err := removeGuest(ctx, c, guests, drain, g); err != nil {
 		return err
 	}
 	nc, err := nodeClient(c.Spec, g.Name)
@@ -144,6 +139,17 @@ func (c *Cluster) RemoveNode(ctx context.Context, nodeID string) error {
 		}
 		return false, errors.New("still there, NotReady")
 	})
+}
+
+// retireGuest drains the guest nodeID's Node, deletes the guest and unlists it, without
+// waiting for the CCM: what a cluster's teardown needs, since its Nodes go with its data.
+func (c *Cluster) retireGuest(ctx context.Context, nodeID string) (nodeprovider.Guest, error) {
+	g, err := nodeprovider.NewGuest(c.Name, nodeID)
+	if err != nil {
+		return g, err
+	}
+	drain := func(ctx context.Context) error { return c.drain(ctx, g.Name) }
+	return g, removeGuest(ctx, c, c.Guests(), drain, g)
 }
 
 // NodeReady reports whether n's Ready condition is True and the CCM's taint is gone.

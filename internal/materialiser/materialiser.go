@@ -132,7 +132,7 @@ func teardown(o Observed) Result {
 		// Guests go first: drained while the control plane is up, deleted regardless (a
 		// real guest is a VM that would outlive its cluster).
 		r.Ops = []Op{OpRemoveNodes}
-		r.Ready.Message = fmt.Sprintf("removing %d nodes", o.Nodes)
+		r.Ready.Message = fmt.Sprintf("removing nodes (%d listed)", o.Nodes)
 		return r
 	case o.Group != GroupAbsent && o.Group != GroupFailed:
 		r.Ops = []Op{OpStop}
