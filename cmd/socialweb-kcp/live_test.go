@@ -66,7 +66,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	t0 := time.Now()
 	out := must("up", "demo", "--timeout", "3m")
 	t.Logf("up demo: Ready and kubeconfig written in %.2fs", time.Since(t0).Seconds())
-	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "Declared", "postgres ready, kine ready, kube-apiserver starting", "kube-apiserver ready, kube-controller-manager starting", "Ready ", "kubeconfig written to demo.kubeconfig"} {
+	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "postgres ready, kine ready, kube-apiserver starting", "kube-apiserver ready, kube-controller-manager starting", "Ready ", "kubeconfig written to demo.kubeconfig"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("up's output lacks %q", want)
 		}
