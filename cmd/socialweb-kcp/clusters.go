@@ -104,8 +104,13 @@ func upCmd(g *globals) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(stdout, "kubeconfig written to %s\n  kubectl --kubeconfig %s get ns\n", out, out)
-			if nodes > 0 {
-				return addNodes(ctx, f, stdout, name, nodes, w)
+			// --nodes is how many the cluster should have: a second up adds none.
+			have, err := f.nodes(ctx, name)
+			if err != nil {
+				return err
+			}
+			if nodes > len(have) {
+				return addNodes(ctx, f, stdout, name, nodes-len(have), w)
 			}
 			return nil
 		},
@@ -113,7 +118,7 @@ func upCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&account, "account", "", "the account that owns the cluster (default: the namespace)")
 	cmd.Flags().Int32Var(&maxNodes, "max-nodes", 0, "node quota the CCM enforces (0: none)")
 	cmd.Flags().Int32Var(&podsPerNode, "pods-per-node", 0, "pods per node, published on each Node (0: 110)")
-	cmd.Flags().IntVar(&nodes, "nodes", 0, "simulated nodes to add once it is Ready")
+	cmd.Flags().IntVar(&nodes, "nodes", 0, "simulated nodes it should have once Ready (added when fewer are declared)")
 	cmd.Flags().StringVar(&out, "kubeconfig-out", "", "where to write the tenant kubeconfig (default NAME.kubeconfig)")
 	addWaitFlags(cmd, &w, "the cluster is Ready")
 	return cmd

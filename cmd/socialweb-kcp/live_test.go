@@ -86,9 +86,6 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	if ns := kubectl("get", "ns"); !strings.Contains(ns, "kube-system") {
 		t.Errorf("kubectl get ns with demo.kubeconfig: %s", ns)
 	}
-	if out := must("up", "demo"); !strings.Contains(out, "already declared") {
-		t.Errorf("a second up: %s", out)
-	}
 
 	lines := strings.Split(strings.TrimSpace(must("ls")), "\n")
 	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME PHASE NODES AGE URL" {
@@ -103,6 +100,9 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("nodes add's output lacks %q", want)
 		}
+	}
+	if out := must("up", "demo", "--nodes", "2"); !strings.Contains(out, "already declared") || strings.Contains(out, "demo-n3") {
+		t.Errorf("a second up with --nodes 2 when it has 2: %s", out)
 	}
 	if got := kubectl("get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.spec.providerID} {end}"); got != "demo-n1=socialweb://demo/demo-n1 demo-n2=socialweb://demo/demo-n2 " {
 		t.Errorf("the tenant's nodes: %q", got)
