@@ -166,10 +166,40 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	if n1.Spec.ProviderID != contract.ProviderID("acme", "acme-n1") || n1.Labels[contract.ClusterLabel] != "acme" || !NodeReady(n1) {
 		t.Errorf("tenant Node acme-n1: providerID %q labels %v taints %v", n1.Spec.ProviderID, n1.Labels, n1.Spec.Taints)
 	}
-	eventually(t, time.Minute, "status.nodes 2", func() (bool, string) {
+	// The Cluster's maxNodes is 3: a fourth Node object waits, saying why, holding no
+	// worker, and can be deleted while it waits.
+	nodePhase := func(name string) map[string]string {
+		u, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return map[string]string{"err": err.Error()}
+		}
+		st, _, _ := unstructured.NestedStringMap(u.Object, "status")
+		return st
+	}
+	for _, id := range []string{"n3", "n4"} {
+		if _, err := nodes.Create(ctx, nodeObj("acme-"+id, id), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if id == "n3" {
+			eventually(t, time.Minute, "Node acme-n3 Ready", func() (bool, string) { st := nodePhase("acme-n3"); return st["phase"] == "Ready", fmt.Sprint(st) })
+		}
+	}
+	eventually(t, time.Minute, "Node acme-n4 held by the quota", func() (bool, string) {
+		st := nodePhase("acme-n4")
+		return st["phase"] == "Joining" && strings.Contains(st["message"], "maxNodes"), fmt.Sprint(st)
+	})
+	if err := nodes.Delete(ctx, "acme-n4", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "Node acme-n4 gone", func() (bool, string) {
+		_, err := nodes.Get(ctx, "acme-n4", metav1.GetOptions{})
+		_, terr := tenant.CoreV1().Nodes().Get(ctx, "acme-n4", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(terr), fmt.Sprint(err, terr)
+	})
+	eventually(t, time.Minute, "status.nodes 3", func() (bool, string) {
 		u, _ := clusters.Get(ctx, "acme", metav1.GetOptions{})
 		n, _, _ := unstructured.NestedInt64(u.Object, "status", "nodes")
-		return n == 2, fmt.Sprint(n)
+		return n == 3, fmt.Sprint(n)
 	})
 	t0 = time.Now()
 	if err := nodes.Delete(ctx, "acme-n2", metav1.DeleteOptions{}); err != nil {

@@ -23,9 +23,6 @@ import (
 // NodesResource is the Node CRD's resource on the front.
 var NodesResource = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: "nodes"}
 
-// nodeJoinDeadline bounds one AddNode: a guest not Ready by then is retried with backoff.
-const nodeJoinDeadline = 2 * time.Minute
-
 // reconcileNode observes one Node object and its guest, asks materialiser.ReconcileNode,
 // writes the phase (so a watcher sees Joining or Removing while it lasts), then performs
 // the operation.
@@ -64,7 +61,7 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 		}
 		o.Listed = slices.ContainsFunc(list, func(in instancesnapshot.Instance) bool { return in.NodeID == n.Spec.NodeID })
 		if o.Listed {
-			if o.Ready, err = c.nodeInitialized(ctx, g.Name); err != nil && !apierrors.IsNotFound(err) {
+			if o.Registered, o.Ready, err = c.nodeState(ctx, g.Name); err != nil {
 				return 0, err
 			}
 		}
@@ -120,9 +117,7 @@ func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.
 	case materialiser.OpReleaseNode:
 		return l.setFinalizer(ctx, NodesResource, &n.ObjectMeta, v1alpha1.NodeFinalizer, false, nil)
 	case materialiser.OpAddGuest:
-		ctx, cancel := context.WithTimeout(ctx, nodeJoinDeadline)
-		defer cancel()
-		_, err := c.AddNode(ctx, n.Spec.NodeID)
+		_, err := c.StartNode(ctx, n.Spec.NodeID)
 		return err
 	case materialiser.OpRemoveGuest:
 		return c.RemoveNode(ctx, n.Spec.NodeID)

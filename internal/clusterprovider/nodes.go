@@ -93,26 +93,37 @@ const DefaultPodsPerNode = 110
 // AddNode adds the guest nodeID to the cluster and, unless ctx ends first, waits until its
 // Node is Ready and initialized by the CCM.
 func (c *Cluster) AddNode(ctx context.Context, nodeID string) (nodeprovider.Guest, error) {
+	g, err := c.StartNode(ctx, nodeID)
+	if err != nil {
+		return g, err
+	}
+	return g, poll(ctx, "node "+g.Name+" Ready and initialized", func(ctx context.Context) (bool, error) {
+		_, ready, err := c.nodeState(ctx, g.Name)
+		return ready, err
+	})
+}
+
+// StartNode lists the guest nodeID and creates it (idempotent), without waiting for its
+// Node: the reconcile loop observes that on its next passes rather than hold a worker.
+func (c *Cluster) StartNode(ctx context.Context, nodeID string) (nodeprovider.Guest, error) {
 	g, err := nodeprovider.NewGuest(c.Name, nodeID)
 	if err != nil {
 		return g, err
 	}
-	if err := addGuest(ctx, c, c.Guests(), g); err != nil {
-		return g, err
-	}
-	return g, poll(ctx, "node "+g.Name+" Ready and initialized", func(ctx context.Context) (bool, error) {
-		return c.nodeInitialized(ctx, g.Name)
-	})
+	return g, addGuest(ctx, c, c.Guests(), g)
 }
 
-// nodeInitialized reports whether the Node name is Ready and initialized by the CCM, with
-// the provider ID it derives; a Node not (yet) there is not.
-func (c *Cluster) nodeInitialized(ctx context.Context, name string) (bool, error) {
+// nodeState reports whether the Node name is registered, and whether it is Ready and
+// initialized by the CCM with the provider ID it derives.
+func (c *Cluster) nodeState(ctx context.Context, name string) (registered, ready bool, err error) {
 	n, err := c.admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return false, err
+	if apierrors.IsNotFound(err) {
+		return false, false, nil
 	}
-	return NodeReady(n) && n.Spec.ProviderID == contract.ProviderID(c.Name, n.Name), nil
+	if err != nil {
+		return false, false, err
+	}
+	return true, NodeReady(n) && n.Spec.ProviderID == contract.ProviderID(c.Name, n.Name), nil
 }
 
 // RemoveNode drains the guest nodeID's Node, deletes the guest, unlists it, and waits

@@ -25,8 +25,12 @@ const (
 	OpReleaseNode Op = "ReleaseNode" // the Node's finalizer goes
 )
 
-// NodeWaitForRun is how often a deleted Node whose cluster does not run looks again.
-const NodeWaitForRun = 5 * time.Second
+// How often a Node looks again while it waits: for its cluster to run (when deleted), or
+// for its guest's Node to register and be initialized.
+const (
+	NodeWaitForRun = 5 * time.Second
+	NodeJoinPoll   = 250 * time.Millisecond
+)
 
 // ObservedNode is one Node object and the guest behind it, as the loop saw them.
 type ObservedNode struct {
@@ -39,8 +43,9 @@ type ObservedNode struct {
 	ClusterRuns     bool // its process group is up on this provider
 
 	// Known only when ClusterRuns.
-	Listed bool // the guest is in nodes.json
-	Ready  bool // its Node is Ready, initialized by the CCM, with its provider ID
+	Listed     bool // the guest is in nodes.json
+	Registered bool // its Node exists in the tenant cluster
+	Ready      bool // its Node is Ready, initialized by the CCM, with its provider ID
 }
 
 // NodeResult is what to do with one Node.
@@ -81,6 +86,12 @@ func ReconcileNode(o ObservedNode) NodeResult {
 		return NodeResult{Phase: NodePending, Reason: "WaitingForCluster", Message: fmt.Sprintf("cluster %s is not Ready", o.Cluster)}
 	case o.Listed && o.Ready:
 		return NodeResult{Phase: NodeReady, Reason: "Ready", Message: "Ready and initialized by the cloud controller manager"}
+	case o.Listed && o.Registered:
+		// A cluster at its maxNodes keeps a new Node tainted: it waits here, and says why.
+		return NodeResult{Phase: NodeJoining, Reason: "Initializing", Requeue: NodeJoinPoll,
+			Message: "registered; waiting for the cloud controller manager to initialize it (a cluster at its maxNodes keeps new Nodes uninitialized)"}
+	case o.Listed:
+		return NodeResult{Phase: NodeJoining, Reason: "Registering", Message: "the guest is starting; waiting for its Node to register", Requeue: NodeJoinPoll}
 	}
-	return NodeResult{Phase: NodeJoining, Reason: "Joining", Message: "creating the guest and waiting for its Node", Ops: []Op{OpAddGuest}}
+	return NodeResult{Phase: NodeJoining, Reason: "Joining", Message: "listing and creating the guest", Ops: []Op{OpAddGuest}}
 }

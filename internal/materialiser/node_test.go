@@ -18,8 +18,9 @@ func TestNodeTransitions(t *testing.T) {
 		{"no such cluster", with(func(o *ObservedNode) { o.HasFinalizer, o.ClusterExists, o.ClusterRuns = false, false, false }), NodePending, nil},
 		{"cluster not up yet", with(func(o *ObservedNode) { o.ClusterRuns = false }), NodePending, nil},
 		{"cluster up, guest unlisted", up, NodeJoining, []Op{OpAddGuest}},
-		{"listed, not Ready yet", with(func(o *ObservedNode) { o.Listed = true }), NodeJoining, []Op{OpAddGuest}},
-		{"listed and Ready", with(func(o *ObservedNode) { o.Listed, o.Ready = true, true }), NodeReady, nil},
+		{"listed, not registered yet: looks again", with(func(o *ObservedNode) { o.Listed = true }), NodeJoining, nil},
+		{"registered, not initialized (quota): looks again", with(func(o *ObservedNode) { o.Listed, o.Registered = true, true }), NodeJoining, nil},
+		{"listed and Ready", with(func(o *ObservedNode) { o.Listed, o.Registered, o.Ready = true, true, true }), NodeReady, nil},
 		{"cluster being deleted: no new guest", with(func(o *ObservedNode) { o.ClusterDeleting = true }), NodePending, nil},
 		{"deleted, listed: removed", with(func(o *ObservedNode) { o.Deleting, o.Listed, o.Ready = true, true, true }), NodeRemoving, []Op{OpRemoveGuest}},
 		{"deleted, unlisted: released", with(func(o *ObservedNode) { o.Deleting = true }), NodeRemoving, []Op{OpReleaseNode}},
@@ -38,12 +39,12 @@ func TestNodeTransitions(t *testing.T) {
 	}
 }
 
-// TestEveryNodeObservationKeepsTheRules checks all 128 observations against the rules a
+// TestEveryNodeObservationKeepsTheRules checks all 256 observations against the rules a
 // guest's lifecycle must keep, whatever the decision's details.
 func TestEveryNodeObservationKeepsTheRules(t *testing.T) {
-	for bits := range 1 << 7 {
+	for bits := range 1 << 8 {
 		b := func(i int) bool { return bits&(1<<i) != 0 }
-		o := ObservedNode{Deleting: b(0), HasFinalizer: b(1), ClusterExists: b(2), ClusterDeleting: b(3), ClusterRuns: b(4), Listed: b(5), Ready: b(6), Cluster: "c"}
+		o := ObservedNode{Deleting: b(0), HasFinalizer: b(1), ClusterExists: b(2), ClusterDeleting: b(3), ClusterRuns: b(4), Listed: b(5), Ready: b(6), Registered: b(7), Cluster: "c"}
 		r := ReconcileNode(o)
 		has := func(op Op) bool { return slices.Contains(r.Ops, op) }
 		switch {
@@ -59,6 +60,8 @@ func TestEveryNodeObservationKeepsTheRules(t *testing.T) {
 			t.Errorf("%+v: Ready without a listed, Ready guest", o)
 		case len(r.Ops) > 1:
 			t.Errorf("%+v: %v: one operation per pass", o, r.Ops)
+		case r.Phase == NodeJoining && len(r.Ops) == 0 && r.Requeue == 0:
+			t.Errorf("%+v: Joining with nothing to do and no look again: it would wait for an event that may never come", o)
 		}
 	}
 }
