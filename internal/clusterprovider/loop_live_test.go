@@ -186,7 +186,7 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	}
 	eventually(t, time.Minute, "Node acme-n4 held by the quota", func() (bool, string) {
 		st := nodePhase("acme-n4")
-		return st["phase"] == "Joining" && strings.Contains(st["message"], "maxNodes"), fmt.Sprint(st)
+		return st["phase"] == "Joining" && strings.Contains(st["message"], "more nodes than its maxNodes"), fmt.Sprint(st)
 	})
 	if err := nodes.Delete(ctx, "acme-n4", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

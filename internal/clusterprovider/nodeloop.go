@@ -60,6 +60,10 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 			return 0, err
 		}
 		o.Listed = slices.ContainsFunc(list, func(in instancesnapshot.Instance) bool { return in.NodeID == n.Spec.NodeID })
+		if owner != nil {
+			max, _, _ := unstructured.NestedInt64(owner.Object, "spec", "maxNodes")
+			o.OverQuota = max > 0 && int64(len(list)) > max
+		}
 		if o.Listed {
 			if o.Registered, o.Ready, err = c.nodeState(ctx, g.Name); err != nil {
 				return 0, err

@@ -29,7 +29,7 @@ const (
 // for its guest's Node to register and be initialized.
 const (
 	NodeWaitForRun = 5 * time.Second
-	NodeJoinPoll   = 250 * time.Millisecond
+	NodeJoinPoll   = 100 * time.Millisecond
 )
 
 // ObservedNode is one Node object and the guest behind it, as the loop saw them.
@@ -46,6 +46,7 @@ type ObservedNode struct {
 	Listed     bool // the guest is in nodes.json
 	Registered bool // its Node exists in the tenant cluster
 	Ready      bool // its Node is Ready, initialized by the CCM, with its provider ID
+	OverQuota  bool // the cluster lists more guests than its maxNodes
 }
 
 // NodeResult is what to do with one Node.
@@ -86,10 +87,12 @@ func ReconcileNode(o ObservedNode) NodeResult {
 		return NodeResult{Phase: NodePending, Reason: "WaitingForCluster", Message: fmt.Sprintf("cluster %s is not Ready", o.Cluster)}
 	case o.Listed && o.Ready:
 		return NodeResult{Phase: NodeReady, Reason: "Ready", Message: "Ready and initialized by the cloud controller manager"}
+	case o.Listed && o.Registered && o.OverQuota:
+		// The CCM keeps a Node past the quota tainted: it waits here, and says why.
+		return NodeResult{Phase: NodeJoining, Reason: "OverQuota", Requeue: NodeJoinPoll,
+			Message: "registered; the cluster has more nodes than its maxNodes, so the cloud controller manager leaves it uninitialized until one goes"}
 	case o.Listed && o.Registered:
-		// A cluster at its maxNodes keeps a new Node tainted: it waits here, and says why.
-		return NodeResult{Phase: NodeJoining, Reason: "Initializing", Requeue: NodeJoinPoll,
-			Message: "registered; waiting for the cloud controller manager to initialize it (a cluster at its maxNodes keeps new Nodes uninitialized)"}
+		return NodeResult{Phase: NodeJoining, Reason: "Initializing", Requeue: NodeJoinPoll, Message: "registered; the cloud controller manager is initializing it"}
 	case o.Listed:
 		return NodeResult{Phase: NodeJoining, Reason: "Registering", Message: "the guest is starting; waiting for its Node to register", Requeue: NodeJoinPoll}
 	}

@@ -19,7 +19,8 @@ func TestNodeTransitions(t *testing.T) {
 		{"cluster not up yet", with(func(o *ObservedNode) { o.ClusterRuns = false }), NodePending, nil},
 		{"cluster up, guest unlisted", up, NodeJoining, []Op{OpAddGuest}},
 		{"listed, not registered yet: looks again", with(func(o *ObservedNode) { o.Listed = true }), NodeJoining, nil},
-		{"registered, not initialized (quota): looks again", with(func(o *ObservedNode) { o.Listed, o.Registered = true, true }), NodeJoining, nil},
+		{"registered, not initialized: looks again", with(func(o *ObservedNode) { o.Listed, o.Registered = true, true }), NodeJoining, nil},
+		{"registered, over the quota: looks again, says why", with(func(o *ObservedNode) { o.Listed, o.Registered, o.OverQuota = true, true, true }), NodeJoining, nil},
 		{"listed and Ready", with(func(o *ObservedNode) { o.Listed, o.Registered, o.Ready = true, true, true }), NodeReady, nil},
 		{"cluster being deleted: no new guest", with(func(o *ObservedNode) { o.ClusterDeleting = true }), NodePending, nil},
 		{"deleted, listed: removed", with(func(o *ObservedNode) { o.Deleting, o.Listed, o.Ready = true, true, true }), NodeRemoving, []Op{OpRemoveGuest}},
@@ -39,12 +40,12 @@ func TestNodeTransitions(t *testing.T) {
 	}
 }
 
-// TestEveryNodeObservationKeepsTheRules checks all 256 observations against the rules a
+// TestEveryNodeObservationKeepsTheRules checks all 512 observations against the rules a
 // guest's lifecycle must keep, whatever the decision's details.
 func TestEveryNodeObservationKeepsTheRules(t *testing.T) {
-	for bits := range 1 << 8 {
+	for bits := range 1 << 9 {
 		b := func(i int) bool { return bits&(1<<i) != 0 }
-		o := ObservedNode{Deleting: b(0), HasFinalizer: b(1), ClusterExists: b(2), ClusterDeleting: b(3), ClusterRuns: b(4), Listed: b(5), Ready: b(6), Registered: b(7), Cluster: "c"}
+		o := ObservedNode{Deleting: b(0), HasFinalizer: b(1), ClusterExists: b(2), ClusterDeleting: b(3), ClusterRuns: b(4), Listed: b(5), Ready: b(6), Registered: b(7), OverQuota: b(8), Cluster: "c"}
 		r := ReconcileNode(o)
 		has := func(op Op) bool { return slices.Contains(r.Ops, op) }
 		switch {
