@@ -63,6 +63,9 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		return out
 	}
 
+	if out := must("version"); !strings.Contains(out, "front: v1.") || !strings.Contains(out, " at https://127.0.0.1:33400") {
+		t.Errorf("version: %s", out)
+	}
 	t0 := time.Now()
 	out := must("up", "demo", "--timeout", "3m")
 	t.Logf("up demo: Ready and kubeconfig written in %.2fs", time.Since(t0).Seconds())

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -96,7 +97,7 @@ Exit codes: 0 done, 1 failed, 2 bad usage, 3 a wait timed out.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.kubeconfig, "kubeconfig", defaultKubeconfig(), "the front's kubeconfig (env SOCIALWEB_KCP_KUBECONFIG; default <data-root>/operator.kubeconfig, which serve writes)")
 	pf.StringVarP(&g.namespace, "namespace", "n", "default", "the front namespace (the tenant) the clusters are declared in")
-	root.AddCommand(upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), kubeconfigCmd(g), nodesCmd(g))
+	root.AddCommand(upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), kubeconfigCmd(g), nodesCmd(g), versionCmd(g))
 	return root
 }
 
@@ -119,4 +120,43 @@ func args(n, max int, names string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+func versionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print this client's version (its source revision) and the front's",
+		Args:  args(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(cmd.OutOrStdout(), "socialweb-kcp: %s\n", clientVersion())
+			f, err := g.front()
+			if err != nil {
+				return err
+			}
+			v, err := f.core.Discovery().ServerVersion()
+			if err != nil {
+				return f.explain(err, "version", "")
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "front: %s at %s\n", v.GitVersion, f.host)
+			return nil
+		},
+	}
+}
+
+// clientVersion is the revision the binary was built from, as the Go toolchain stamped it.
+func clientVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "unknown", ""
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	return rev + dirty + " (" + bi.GoVersion + ")"
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,6 +38,23 @@ func TestExitCodesAndMessages(t *testing.T) {
 		if code != c.code || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%v: exit %d, %q; want exit %d and %q", c.args, code, errb.String(), c.code, c.want)
 		}
+	}
+}
+
+// A front that does not answer is named, with what to do; the exit code is 1.
+func TestAFrontThatDoesNotAnswer(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "front.kubeconfig")
+	os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: f, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: f, user: u}}]
+current-context: c
+`), 0o600)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"ls", "--kubeconfig", kc}, &out, &errb)
+	if code != exitFailed || !strings.Contains(errb.String(), "the front at https://127.0.0.1:1 does not answer: is the provider running") {
+		t.Errorf("exit %d: %s", code, errb.String())
 	}
 }
 
