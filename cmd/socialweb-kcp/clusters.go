@@ -187,7 +187,7 @@ func downCmd(g *globals) *cobra.Command {
 
 func lsCmd(g *globals) *cobra.Command {
 	var (
-		output string
+		output outputFormat
 		all    bool
 	)
 	cmd := &cobra.Command{
@@ -196,9 +196,6 @@ func lsCmd(g *globals) *cobra.Command {
 		Short:   "List the clusters: NAME PHASE NODES AGE URL",
 		Args:    args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
 			f, err := g.front()
 			if err != nil {
 				return err
@@ -208,7 +205,7 @@ func lsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if output == outYAML || output == outJSON {
-				return printObject(cmd.OutOrStdout(), output, list(cls))
+				return printObject(cmd.OutOrStdout(), string(output), list(cls))
 			}
 			if len(cls) == 0 && output == outTable {
 				fmt.Fprintf(cmd.ErrOrStderr(), "no clusters in namespace %s\n", f.ns)
@@ -217,21 +214,18 @@ func lsCmd(g *globals) *cobra.Command {
 			return clusterTable(cmd.OutOrStdout(), cls, output == outWide || all, time.Now())
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "wide, yaml or json")
+	addOutputFlag(cmd, &output)
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "every namespace")
 	return cmd
 }
 
 func statusCmd(g *globals) *cobra.Command {
-	var output string
+	var output outputFormat
 	cmd := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show cluster NAME: phase, URL, conditions and nodes",
 		Args:  args(1, 1, "NAME"),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
 			f, err := g.front()
 			if err != nil {
 				return err
@@ -242,7 +236,7 @@ func statusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if output == outYAML || output == outJSON {
-				return printObject(stdout, output, c)
+				return printObject(stdout, string(output), c)
 			}
 			ns, err := f.nodes(ctx, c.Name)
 			if err != nil {
@@ -256,7 +250,7 @@ func statusCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "wide, yaml or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 

@@ -25,7 +25,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 	}{
 		{[]string{"up"}, exitUsage, "want NAME"},
 		{[]string{"up", "a", "b"}, exitUsage, "want NAME"},
-		{[]string{"ls", "-o", "xml"}, exitUsage, `-o "xml": want wide, yaml or json`},
+		{[]string{"ls", "-o", "xml"}, exitUsage, `invalid argument "xml" for "-o, --output" flag: want wide, yaml or json`},
 		{[]string{"nodes", "add", "demo", "zero"}, exitUsage, `COUNT "zero"`},
 		{[]string{"up", "demo", "--nodes", "-1"}, exitUsage, "--nodes -1"},
 		{[]string{"up", "demo", "--timeout", "soon"}, exitUsage, "--timeout"},

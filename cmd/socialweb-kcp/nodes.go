@@ -65,15 +65,12 @@ func nodesCmd(g *globals) *cobra.Command {
 		},
 	}
 	addWaitFlags(rm, &rw, "every node is gone")
-	var output string
+	var output outputFormat
 	ls := &cobra.Command{
 		Use:   "ls NAME",
 		Short: "List cluster NAME's nodes: NAME ID PHASE PROVIDER-ID AGE",
 		Args:  args(1, 1, "NAME"),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
 			f, err := g.front()
 			if err != nil {
 				return err
@@ -86,7 +83,7 @@ func nodesCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if output == outYAML || output == outJSON {
-				return printObject(cmd.OutOrStdout(), output, list(ns))
+				return printObject(cmd.OutOrStdout(), string(output), list(ns))
 			}
 			if len(ns) == 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "cluster %s has no nodes (socialweb-kcp nodes add %s)\n", a[0], a[0])
@@ -95,7 +92,7 @@ func nodesCmd(g *globals) *cobra.Command {
 			return nodeTable(cmd.OutOrStdout(), ns, output == outWide, time.Now())
 		},
 	}
-	ls.Flags().StringVarP(&output, "output", "o", "", "wide, yaml or json")
+	addOutputFlag(ls, &output)
 	cmd.AddCommand(add, rm, ls)
 	return cmd
 }

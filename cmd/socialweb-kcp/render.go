@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/yaml"
 
@@ -23,12 +24,22 @@ const (
 	outJSON  = "json"
 )
 
-func checkOutput(o string) error {
-	switch o {
+// outputFormat is -o's value, checked when the flag is parsed.
+type outputFormat string
+
+func (o *outputFormat) String() string { return string(*o) }
+func (o *outputFormat) Type() string   { return "wide|yaml|json" }
+func (o *outputFormat) Set(v string) error {
+	switch v {
 	case outTable, outWide, outYAML, outJSON:
+		*o = outputFormat(v)
 		return nil
 	}
-	return usageError{fmt.Errorf("-o %q: want wide, yaml or json", o)}
+	return fmt.Errorf("want wide, yaml or json")
+}
+
+func addOutputFlag(cmd *cobra.Command, o *outputFormat) {
+	cmd.Flags().VarP(o, "output", "o", "wide, yaml or json")
 }
 
 // clusterTable is ls's table: NAME PHASE NODES AGE URL, and with wide the namespace,
