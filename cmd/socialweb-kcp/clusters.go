@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
@@ -73,9 +72,8 @@ func upCmd(g *globals) *cobra.Command {
 			case cl.DeletionTimestamp != nil:
 				return fmt.Errorf("cluster %s is being deleted; wait for socialweb-kcp down %s to end, then run up again", name, name)
 			case cl.Spec.Running != nil && !*cl.Spec.Running:
-				patch := []byte(`{"spec":{"running":true}}`)
-				if _, err := f.dyn.Resource(clusterprovider.ClustersResource).Namespace(f.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-					return f.explain(err, "cluster", name)
+				if err := f.setRunning(ctx, name, true); err != nil {
+					return err
 				}
 				fmt.Fprintf(stdout, "cluster %s was parked; set running\n", name)
 			default:
@@ -182,6 +180,46 @@ func downCmd(g *globals) *cobra.Command {
 		},
 	}
 	addWaitFlags(cmd, &w, "nothing of the cluster is left")
+	return cmd
+}
+
+func parkCmd(g *globals) *cobra.Command {
+	var w waitFlags
+	cmd := &cobra.Command{
+		Use:   "park NAME",
+		Short: "Stop cluster NAME's processes and release its port, keeping its data and nodes; up brings it back",
+		Args:  args(1, 1, "NAME"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			name := a[0]
+			f, err := g.front()
+			if err != nil {
+				return err
+			}
+			ctx, stdout := cmd.Context(), cmd.OutOrStdout()
+			if _, err := f.cluster(ctx, name); err != nil {
+				return err
+			}
+			if err := f.setRunning(ctx, name, false); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "cluster %s: parking requested\n", name)
+			if !w.wait {
+				return nil
+			}
+			err = watch(ctx, stdout, w.timeout, "cluster "+name+" parked", func(ctx context.Context) (map[string]progress, bool, error) {
+				c, err := f.cluster(ctx, name)
+				if err != nil {
+					return nil, false, err
+				}
+				return map[string]progress{"": clusterProgress(c)}, readyReason(c) == "Parked", nil
+			})
+			if err == nil {
+				fmt.Fprintf(stdout, "cluster %s is parked; socialweb-kcp up %s brings it back\n", name, name)
+			}
+			return err
+		},
+	}
+	addWaitFlags(cmd, &w, "its processes are stopped")
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -130,6 +131,13 @@ func (f *front) create(ctx context.Context, obj any) error {
 	}
 	_, err = f.dyn.Resource(res).Namespace(f.ns).Create(ctx, &unstructured.Unstructured{Object: m}, metav1.CreateOptions{})
 	return f.explain(err, strings.ToLower(res.Resource[:len(res.Resource)-1]), "")
+}
+
+// setRunning sets the Cluster's spec.running: false parks it, true brings it back.
+func (f *front) setRunning(ctx context.Context, name string, running bool) error {
+	patch := fmt.Appendf(nil, `{"spec":{"running":%t}}`, running)
+	_, err := f.dyn.Resource(clusterprovider.ClustersResource).Namespace(f.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return f.explain(err, "cluster", name)
 }
 
 func typeMeta(kind string) metav1.TypeMeta {

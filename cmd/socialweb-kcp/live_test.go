@@ -146,6 +146,38 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		t.Errorf("nodes rm: %s", out)
 	}
 
+	// Parked: nothing runs, the port is free, the data stays; up brings it back with its
+	// objects and its node.
+	kubectl("create", "configmap", "kept", "--from-literal=k=v")
+	dataDir := filepath.Join(root, "clusters", "demo")
+	t0 = time.Now()
+	out = must("park", "demo")
+	t.Logf("park demo: %.2fs", time.Since(t0).Seconds())
+	if !strings.Contains(out, "processes stopped, port released, data kept") || !strings.Contains(out, "cluster demo is parked") {
+		t.Errorf("park's output: %s", out)
+	}
+	if left, _ := processrunner.FindByMarker(dataDir+"/", programs); len(left) != 0 {
+		t.Errorf("processes run while parked: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "postgres")); err != nil {
+		t.Errorf("the data went with the park: %v", err)
+	}
+	if f := strings.Fields(strings.Split(must("ls"), "\n")[1]); f[1] != "Unavailable" {
+		t.Errorf("ls while parked: %q", f)
+	}
+	t0 = time.Now()
+	if out := must("up", "demo"); !strings.Contains(out, "was parked; set running") || !strings.Contains(out, "is Ready at") {
+		t.Errorf("up of a parked cluster: %s", out)
+	}
+	t.Logf("up demo from parked: %.2fs", time.Since(t0).Seconds())
+	if got := kubectl("get", "configmap", "kept", "-o", "jsonpath={.data.k}"); got != "v" {
+		t.Errorf("the ConfigMap after park and up: %q", got)
+	}
+	livetest.Eventually(t, time.Minute, "demo-n1 Ready again", func() (bool, string) {
+		out := must("nodes", "ls", "demo")
+		return strings.Contains(out, "demo-n1  n1  Ready"), out
+	})
+
 	t0 = time.Now()
 	out = must("down", "demo")
 	t.Logf("down demo: gone in %.2fs", time.Since(t0).Seconds())
@@ -154,7 +186,6 @@ func TestTheCLIWalkthrough(t *testing.T) {
 			t.Errorf("down's output lacks %q", want)
 		}
 	}
-	dataDir := filepath.Join(root, "clusters", "demo")
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 		t.Errorf("the DataDir survived: %v", err)
 	}

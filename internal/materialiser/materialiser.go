@@ -152,14 +152,23 @@ func teardown(o Observed) Result {
 	return r
 }
 
-// park stops the processes and keeps the data.
+// park stops the processes and keeps the data. It says Parking while it acts and Parked
+// once nothing is left to do, so a watcher knows when the processes are gone.
 func park(o Observed) Result {
-	r := Result{Phase: PhaseUnavailable, Ready: notReady("Parked", "spec.running is false: processes stopped, data kept")}
+	r := Result{Phase: PhaseUnavailable, Ready: notReady("Parked", "spec.running is false: processes stopped, port released, data kept")}
+	if o.Group == GroupStarting {
+		r.Ready = notReady("Parking", "spec.running is false: stopping once the bring-up under way ends")
+		r.Ops = []Op{OpStop}
+		return r
+	}
 	if o.Group != GroupAbsent && o.Group != GroupFailed {
 		r.Ops = []Op{OpStop}
 	}
 	if o.LeaseHeld && (o.Group == GroupAbsent || o.Group == GroupFailed) {
 		r.Ops = append(r.Ops, OpReleaseLease)
+	}
+	if len(r.Ops) > 0 {
+		r.Ready = notReady("Parking", "spec.running is false: stopping the process group, then releasing its port; data kept")
 	}
 	return r
 }

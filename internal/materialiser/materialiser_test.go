@@ -47,8 +47,8 @@ func TestTransitions(t *testing.T) {
 			o.Phase, o.EverReady, o.Attempts, o.LastAttempt = PhaseUnavailable, true, 2, t0.Add(-time.Hour)
 		}), PhaseUnavailable, "BringingUp", []Op{OpBringUp}, false},
 		{"Unavailable -> Ready", obs(func(o *Observed) { o.Group, o.Phase, o.EverReady = GroupUp, PhaseUnavailable, true }), PhaseReady, "Ready", nil, false},
-		{"running: false parks a Ready cluster", obs(func(o *Observed) { o.Running, o.Group, o.Phase, o.LeaseHeld = false, GroupUp, PhaseReady, true }), PhaseUnavailable, "Parked", []Op{OpStop}, false},
-		{"parked: the lease goes once nothing runs", obs(func(o *Observed) { o.Running, o.LeaseHeld = false, true }), PhaseUnavailable, "Parked", []Op{OpReleaseLease}, false},
+		{"running: false parks a Ready cluster", obs(func(o *Observed) { o.Running, o.Group, o.Phase, o.LeaseHeld = false, GroupUp, PhaseReady, true }), PhaseUnavailable, "Parking", []Op{OpStop}, false},
+		{"parked: the lease goes once nothing runs", obs(func(o *Observed) { o.Running, o.LeaseHeld = false, true }), PhaseUnavailable, "Parking", []Op{OpReleaseLease}, false},
 		{"parked and settled", obs(func(o *Observed) { o.Running = false }), PhaseUnavailable, "Parked", nil, false},
 		{"Ready -> Draining: nodes first", obs(func(o *Observed) {
 			o.Deleting, o.Group, o.Nodes, o.LeaseHeld, o.DataDirExists = true, GroupUp, 2, true, true
