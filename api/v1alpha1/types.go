@@ -6,12 +6,15 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Group and version.
 const (
-	Group   = "socialweb.computer"
-	Version = "v1alpha1"
+	Group      = "socialweb.computer"
+	Version    = "v1alpha1"
+	APIVersion = Group + "/" + Version
+
 	// TeardownFinalizer keeps a deleted Cluster until its teardown is complete.
 	TeardownFinalizer = "cluster.socialweb.computer/teardown"
 	// NodeFinalizer keeps a deleted Node until its guest is gone.
@@ -86,4 +89,11 @@ type NodeStatus struct {
 	Message    string `json:"message,omitempty"`    // why it is in that phase
 	Guest      string `json:"guest,omitempty"`      // what runs it: "kwok" for a simulated guest
 	ProviderID string `json:"providerID,omitempty"` // the CCM's, once Ready
+}
+
+// Object is a Cluster or Node named name with spec, untyped, as a dynamic client creates it.
+func Object(kind, name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": APIVersion, "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec,
+	}}
 }

@@ -69,7 +69,7 @@ func main() {
 	t0 = time.Now()
 	for i := range names {
 		names[i] = fmt.Sprintf("bench%d", i+1)
-		_, err := clusters.Create(ctx, object("Cluster", names[i], map[string]any{"account": "bench"}), metav1.CreateOptions{})
+		_, err := clusters.Create(ctx, v1alpha1.Object("Cluster", names[i], map[string]any{"account": "bench"}), metav1.CreateOptions{})
 		measure.Check(err)
 	}
 	readyAt := waitAll(ctx, t0, names, func(name string) bool {
@@ -79,7 +79,7 @@ func main() {
 	})
 	t1 := time.Now()
 	for _, name := range names {
-		_, err := nodes.Create(ctx, object("Node", name+"-n1", map[string]any{"cluster": name, "nodeID": "n1"}), metav1.CreateOptions{})
+		_, err := nodes.Create(ctx, v1alpha1.Object("Node", name+"-n1", map[string]any{"cluster": name, "nodeID": "n1"}), metav1.CreateOptions{})
 		measure.Check(err)
 	}
 	nodesAt := waitAll(ctx, t1, names, func(name string) bool {
@@ -108,10 +108,6 @@ func main() {
 	fmt.Printf("all %d deleted to gone (nodes, processes, leases, DataDirs, Secrets) in %.2fs\n", *n, slices.Max(goneAt).Seconds())
 	stopLoop()
 	measure.Check(<-done)
-}
-
-func object(kind, name string, spec map[string]any) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec}}
 }
 
 // waitAll polls until done holds for every name and returns when each first did.

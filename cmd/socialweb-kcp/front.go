@@ -141,7 +141,7 @@ func (f *front) setRunning(ctx context.Context, name string, running bool) error
 }
 
 func typeMeta(kind string) metav1.TypeMeta {
-	return metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: kind}
+	return metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: kind}
 }
 
 // watch shows a live display until observe says done, fails, or timeout passes: each

@@ -8,9 +8,8 @@ import (
 
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/api/v1alpha1"
@@ -24,25 +23,10 @@ func TestTheFrontRefusesBadClustersNamingTheField(t *testing.T) {
 	p, _ := liveProvider(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := up(t, p, "front")
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.TenantKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	if err := v1alpha1.InstallCRDs(ctx, apiextensions.NewForConfigOrDie(cfg)); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("CRDs installed and established in %.2fs", time.Since(t0).Seconds())
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	clusters := dyn.Resource(schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: "clusters"}).Namespace("default")
-	nodes := dyn.Resource(schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: "nodes"}).Namespace("default")
-	obj := func(kind, name string, spec map[string]any) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": kind,
-			"metadata": map[string]any{"name": name}, "spec": spec,
-		}}
-	}
+	dyn := dynamic.NewForConfigOrDie(crdFront(ctx, t, p, "front"))
+	clusters := dyn.Resource(ClustersResource).Namespace("default")
+	nodes := dyn.Resource(NodesResource).Namespace("default")
+	obj := v1alpha1.Object
 
 	good, err := clusters.Create(ctx, obj("Cluster", "demo", map[string]any{"account": "acme"}), metav1.CreateOptions{})
 	if err != nil {
@@ -99,4 +83,21 @@ func TestTheFrontRefusesBadClustersNamingTheField(t *testing.T) {
 	if _, err := clusters.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "status.phase") {
 		t.Errorf("a bad phase: %v; want a refusal naming status.phase", err)
 	}
+}
+
+// crdFront brings up the tenant cluster name to stand in for the front, as any Kubernetes
+// API given by --front-kubeconfig would, and installs the CRDs into it.
+func crdFront(ctx context.Context, t *testing.T, p *Provider, name string) *rest.Config {
+	t.Helper()
+	c := up(t, p, name)
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.TenantKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := v1alpha1.InstallCRDs(ctx, apiextensions.NewForConfigOrDie(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("CRDs installed and established in %.2fs", time.Since(t0).Seconds())
+	return cfg
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,14 +31,7 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	fp, _ := liveProvider(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	front := up(t, fp, "frontapi") // the front: any Kubernetes API with the CRDs
-	cfg, err := clientcmd.BuildConfigFromFlags("", front.TenantKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.InstallCRDs(ctx, apiextensions.NewForConfigOrDie(cfg)); err != nil {
-		t.Fatal(err)
-	}
+	cfg := crdFront(ctx, t, fp, "frontapi")
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	core := kubernetes.NewForConfigOrDie(cfg)
 
@@ -57,10 +49,7 @@ func TestFrontClusterLifecycle(t *testing.T) {
 
 	clusters := dyn.Resource(ClustersResource).Namespace("default")
 	t0 := time.Now()
-	_, err = clusters.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": "Cluster",
-		"metadata": map[string]any{"name": "acme"}, "spec": map[string]any{"account": "acme", "maxNodes": 3, "podsPerNode": 20},
-	}}, metav1.CreateOptions{})
+	_, err = clusters.Create(ctx, v1alpha1.Object("Cluster", "acme", map[string]any{"account": "acme", "maxNodes": 3, "podsPerNode": 20}), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +82,7 @@ func TestFrontClusterLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	twin := dyn.Resource(ClustersResource).Namespace("other")
-	if _, err := twin.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": "Cluster",
-		"metadata": map[string]any{"name": "acme"}, "spec": map[string]any{"account": "rival"},
-	}}, metav1.CreateOptions{}); err != nil {
+	if _, err := twin.Create(ctx, v1alpha1.Object("Cluster", "acme", map[string]any{"account": "rival"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, time.Minute, "other/acme refused", func() (bool, string) {
@@ -134,9 +120,7 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	// initializes; deleting one removes its guest and the tenant's Node.
 	nodes := dyn.Resource(NodesResource).Namespace("default")
 	nodeObj := func(name, id string) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": "Node",
-			"metadata": map[string]any{"name": name}, "spec": map[string]any{"cluster": "acme", "nodeID": id}}}
+		return v1alpha1.Object("Node", name, map[string]any{"cluster": "acme", "nodeID": id})
 	}
 	if _, err := nodes.Create(ctx, nodeObj("n9", "n9"), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "metadata.name: want acme-n9") {
 		t.Errorf("a Node named other than <cluster>-<nodeID>: %v; want a refusal naming metadata.name", err)

@@ -116,7 +116,7 @@ func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.
 	switch op {
 	case materialiser.OpAdoptNode:
 		// The Cluster owns its Nodes: the front's garbage collector deletes them with it.
-		owners := []metav1.OwnerReference{{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "Cluster", Name: owner.GetName(), UID: owner.GetUID()}}
+		owners := []metav1.OwnerReference{{APIVersion: v1alpha1.APIVersion, Kind: "Cluster", Name: owner.GetName(), UID: owner.GetUID()}}
 		return l.setFinalizer(ctx, NodesResource, &n.ObjectMeta, v1alpha1.NodeFinalizer, true, map[string]any{"ownerReferences": owners})
 	case materialiser.OpReleaseNode:
 		return l.setFinalizer(ctx, NodesResource, &n.ObjectMeta, v1alpha1.NodeFinalizer, false, nil)
