@@ -82,19 +82,8 @@ func upCmd(g *globals) *cobra.Command {
 			if !w.wait {
 				return nil
 			}
-			err = watch(ctx, stdout, w.timeout, "cluster "+name+" Ready", func(ctx context.Context) (map[string]progress, bool, error) {
-				c, err := f.cluster(ctx, name)
-				if err != nil {
-					return nil, false, err
-				}
-				done, err := upVerdict(c)
-				return map[string]progress{"": clusterProgress(c)}, done, err
-			})
-			if err != nil {
-				return err
-			}
-			cl, err = f.cluster(ctx, name)
-			if err != nil {
+			ready := func(c v1alpha1.Cluster) (bool, error) { cl = c; return upVerdict(c) }
+			if err := watchCluster(ctx, f, stdout, w.timeout, name, "Ready", false, ready); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "cluster %s is Ready at %s\n", name, cl.Status.URL)
@@ -120,6 +109,22 @@ func upCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&out, "kubeconfig-out", "", "where to write the tenant kubeconfig (default NAME.kubeconfig)")
 	addWaitFlags(cmd, &w, "the cluster is Ready")
 	return cmd
+}
+
+// watchCluster shows cluster name's live display until done says it is over (or fails), or
+// with goneIsDone, until the cluster is gone.
+func watchCluster(ctx context.Context, f *front, out io.Writer, timeout time.Duration, name, what string, goneIsDone bool, done func(v1alpha1.Cluster) (bool, error)) error {
+	return watch(ctx, out, timeout, "cluster "+name+" "+what, func(ctx context.Context) (map[string]progress, bool, error) {
+		c, err := f.cluster(ctx, name)
+		if goneIsDone && apierrors.IsNotFound(err) {
+			return map[string]progress{"": {Phase: "Deleted", Message: "nodes, processes, port, data and kubeconfig Secret are gone"}}, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		ok, err := done(c)
+		return map[string]progress{"": clusterProgress(c)}, ok, err
+	})
 }
 
 // writeKubeconfig writes the tenant kubeconfig the provider delivered as a Secret, 0600.
@@ -163,16 +168,7 @@ func downCmd(g *globals) *cobra.Command {
 			if !w.wait {
 				return nil
 			}
-			err = watch(ctx, stdout, w.timeout, "cluster "+name+" gone", func(ctx context.Context) (map[string]progress, bool, error) {
-				c, err := f.cluster(ctx, name)
-				if apierrors.IsNotFound(err) {
-					return map[string]progress{"": {Phase: "Deleted", Message: "nodes, processes, port, data and kubeconfig Secret are gone"}}, true, nil
-				}
-				if err != nil {
-					return nil, false, err
-				}
-				return map[string]progress{"": clusterProgress(c)}, false, nil
-			})
+			err = watchCluster(ctx, f, stdout, w.timeout, name, "gone", true, func(v1alpha1.Cluster) (bool, error) { return false, nil })
 			if err == nil {
 				fmt.Fprintf(stdout, "cluster %s is gone\n", name)
 			}
@@ -206,13 +202,7 @@ func parkCmd(g *globals) *cobra.Command {
 			if !w.wait {
 				return nil
 			}
-			err = watch(ctx, stdout, w.timeout, "cluster "+name+" parked", func(ctx context.Context) (map[string]progress, bool, error) {
-				c, err := f.cluster(ctx, name)
-				if err != nil {
-					return nil, false, err
-				}
-				return map[string]progress{"": clusterProgress(c)}, readyReason(c) == "Parked", nil
-			})
+			err = watchCluster(ctx, f, stdout, w.timeout, name, "parked", false, func(c v1alpha1.Cluster) (bool, error) { return readyReason(c) == "Parked", nil })
 			if err == nil {
 				fmt.Fprintf(stdout, "cluster %s is parked; socialweb-kcp up %s brings it back\n", name, name)
 			}

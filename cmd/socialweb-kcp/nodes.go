@@ -100,19 +100,20 @@ func nodesCmd(g *globals) *cobra.Command {
 // addNodes declares count Node objects for cluster under the next free ids and, with
 // --wait, shows each one's progress until all are Ready.
 func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, count int, w waitFlags) error {
+	have, err := f.nodes(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	var taken []instancesnapshot.Instance
+	for _, n := range have {
+		taken = append(taken, instancesnapshot.Instance{NodeID: n.Spec.NodeID})
+	}
 	var names []string
 	// The front decides who gets an id: a name another client created first since the
 	// listing is AlreadyExists, and the next free id is tried.
 	for tries := 0; len(names) < count; tries++ {
-		have, err := f.nodes(ctx, cluster)
-		if err != nil {
-			return err
-		}
-		var taken []instancesnapshot.Instance
-		for _, n := range have {
-			taken = append(taken, instancesnapshot.Instance{NodeID: n.Spec.NodeID})
-		}
 		id := clusterprovider.NextNodeIDs(taken, 1)[0]
+		taken = append(taken, instancesnapshot.Instance{NodeID: id}) // ours now, or another's
 		name, err := nodeprovider.NodeName(cluster, id)
 		if err != nil {
 			return err
@@ -129,7 +130,7 @@ func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, coun
 	if !w.wait {
 		return nil
 	}
-	err := watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v Ready", names), func(ctx context.Context) (map[string]progress, bool, error) {
+	err = watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v Ready", names), func(ctx context.Context) (map[string]progress, bool, error) {
 		ns, err := f.nodes(ctx, cluster)
 		if err != nil {
 			return nil, false, err
