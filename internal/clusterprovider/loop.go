@@ -533,6 +533,10 @@ func (l *Loop) deliverKubeconfig(ctx context.Context, c *Cluster, ns string) err
 func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runState, nodes int, r materialiser.Result, opErr error) {
 	l.mu.Lock()
 	c := st.cluster
+	var progress []string
+	if st.group == materialiser.GroupStarting {
+		progress = st.progress
+	}
 	l.mu.Unlock()
 	status := v1alpha1.ClusterStatus{Phase: string(r.Phase), Instance: l.Instance, Conditions: slices.Clone(cl.Status.Conditions)}
 	if c != nil && r.Phase == materialiser.PhaseReady {
@@ -546,11 +550,9 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 	if opErr != nil {
 		cond.Message += "; " + opErr.Error()
 	}
-	l.mu.Lock()
-	if st.group == materialiser.GroupStarting && len(st.progress) > 0 {
-		cond.Message += ": " + strings.Join(st.progress, ", ")
+	if len(progress) > 0 {
+		cond.Message += ": " + strings.Join(progress, ", ")
 	}
-	l.mu.Unlock()
 	meta.SetStatusCondition(&status.Conditions, cond)
 	if equalStatus(cl.Status, status) {
 		return
