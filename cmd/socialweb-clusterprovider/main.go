@@ -17,11 +17,9 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"socialweb.computer/kcp/internal/clusterprovider"
@@ -132,17 +130,26 @@ func up(args []string, stdout, stderr io.Writer) error {
 	if o.sans != "" {
 		cfg.SANs = strings.Split(o.sans, ",")
 	}
+	lock, err := lockRoot(cfg.DataRoot)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	p, err := clusterprovider.New(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopContext(stdout, p.Kill)
 	defer stop()
 	upCtx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	t0 := time.Now()
 	fmt.Fprintf(stdout, "bringing up cluster %s\n", name)
 	c, err := p.Up(upCtx, name)
+	if err != nil && ctx.Err() != nil {
+		// Stopped mid bring-up: Spawn reaped what it had started, in reverse.
+		return confirmStopped(p, stdout, fmt.Sprintf("cluster %s stopped before it was Ready; nothing of it is running", name))
+	}
 	if err != nil {
 		return err
 	}
@@ -184,11 +191,10 @@ func up(args []string, stdout, stderr io.Writer) error {
 	} else {
 		err = c.Stop()
 	}
-	if err != nil {
-		return errors.Join(died, err)
+	if err == nil {
+		err = confirmStopped(c, stdout, fmt.Sprintf("cluster %s stopped in %.2fs; nothing of it is running", name, time.Since(t1).Seconds()))
 	}
-	fmt.Fprintf(stdout, "cluster %s stopped in %.2fs; nothing of it is running\n", name, time.Since(t1).Seconds())
-	return died
+	return errors.Join(died, err)
 }
 
 // nodes is "nodes add|rm|ls NAME ...": requests to the provider that runs NAME.

@@ -10,9 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -47,6 +45,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	lock, err := lockRoot(pf.dataRoot)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	host, _ := os.Hostname()
 	metrics := clusterprovider.NewMetrics()
 	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: *maxBringUps, Log: slog.New(slog.NewTextHandler(stderr, nil)), Metrics: metrics}
@@ -56,7 +59,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	loop.P = p
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopContext(stdout, p.Kill)
 	defer stop()
 
 	kubeconfig := *frontKubeconfig
@@ -67,6 +70,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		upCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		front, err = p.UpFront(upCtx)
 		cancel()
+		if err != nil && ctx.Err() != nil {
+			// Stopped while the front came up: its Spawn reaped what it had started.
+			return confirmStopped(p, stdout, "stopped before serving; nothing is running")
+		}
 		if err != nil {
 			return fmt.Errorf("front: %w", err)
 		}
@@ -121,14 +128,14 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			return errors.Join(err, errors.New("the reconcile loop ended"))
 		}
 	}
-	fmt.Fprintln(stdout, "stopping: every cluster, then the front; data kept")
+	fmt.Fprintln(stdout, "stopping: every cluster (those being brought up too), then the front; data kept; Ctrl-C again forces")
 	cancel()
 	err = <-done
 	if front != nil {
 		err = errors.Join(err, front.Stop())
 	}
-	if err == nil && died == nil {
-		fmt.Fprintln(stdout, "stopped; nothing is running")
+	if err == nil {
+		err = confirmStopped(p, stdout, "stopped; nothing is running")
 	}
 	return errors.Join(died, err)
 }

@@ -67,6 +67,10 @@ type Loop struct {
 	// clusterIndex finds the Clusters of a name; nodeIndex the Nodes of a namespace/cluster.
 	clusterIndex, nodeIndex cache.Indexer
 	slots                   chan struct{}
+	// runCtx is Run's: it ends every bring-up when the provider stops, and bringUps counts
+	// them so that Run stops nothing before every bring-up has ended (invariant 26).
+	runCtx   context.Context
+	bringUps sync.WaitGroup
 
 	mu    sync.Mutex
 	state map[string]*runState // by namespace/name
@@ -97,6 +101,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	l.slots = make(chan struct{}, l.MaxBringUps)
 	l.state = map[string]*runState{}
+	l.runCtx = ctx
 	l.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	l.nodeQueue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	f := dynamicinformer.NewDynamicSharedInformerFactory(l.Front, 10*time.Minute)
@@ -136,6 +141,9 @@ func (l *Loop) Run(ctx context.Context) error {
 	nodes.Informer().AddEventHandler(handler(l.nodeQueue))
 	f.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), clusters.Informer().HasSynced, nodes.Informer().HasSynced) {
+		if ctx.Err() != nil {
+			return nil // stopped before serving: nothing was started
+		}
 		return errors.New("front: the Cluster and Node informers did not sync")
 	}
 	var wg sync.WaitGroup
@@ -155,6 +163,10 @@ func (l *Loop) Run(ctx context.Context) error {
 	l.queue.ShutDown()
 	l.nodeQueue.ShutDown()
 	wg.Wait()
+	// Every worker has returned, so no bring-up can begin now; those under way see ctx end,
+	// and their Spawn reaps what it started. Only then are the running groups stopped: a
+	// group half brought up is never left behind.
+	l.bringUps.Wait()
 	return l.stopAll()
 }
 
@@ -207,17 +219,35 @@ func (l *Loop) StepEvent(cluster string, e procgroup.Event) {
 	}
 }
 
+// stopAll stops every group this provider runs, a few at once (each stop is mostly waiting
+// for processes to exit), and waits for all of them.
 func (l *Loop) stopAll() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	var errs []error
+	var running []*Cluster
 	for _, st := range l.state {
 		if st.cluster != nil {
-			errs = append(errs, st.cluster.Stop())
+			running = append(running, st.cluster)
 		}
 	}
+	l.mu.Unlock()
+	errs := make([]error, len(running))
+	sem := make(chan struct{}, stopsAtOnce)
+	var wg sync.WaitGroup
+	for i, c := range running {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if errs[i] = c.Stop(); errs[i] != nil {
+				errs[i] = fmt.Errorf("cluster %s: %w", c.Name, errs[i])
+			}
+		})
+	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// stopsAtOnce bounds the groups a stopping provider reaps at once.
+const stopsAtOnce = 8
 
 func (l *Loop) st(key string) *runState {
 	l.mu.Lock()
@@ -275,7 +305,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	}
 	for _, op := range r.Ops {
 		if err := l.perform(ctx, op, &cl, st); err != nil {
-			log.Error("operation failed", "op", op, "err", err)
+			logFailure(log, "operation failed", op, err)
 			l.writeStatus(ctx, &cl, st, o.Nodes, r, fmt.Errorf("%s: %w", op, err))
 			return 0, err
 		}
@@ -395,6 +425,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		l.mu.Lock()
 		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), nil
 		l.mu.Unlock()
+		l.bringUps.Add(1)
 		go l.bringUp(key, cl.Name, cl.Namespace, NodePolicy{MaxNodes: int(cl.Spec.MaxNodes), PodsPerNode: int(cl.Spec.PodsPerNode)})
 		return nil
 	case materialiser.OpStop:
@@ -460,10 +491,20 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 }
 
 // bringUp runs one bring-up (in a slot), delivers the kubeconfig, and watches for an exit.
+// It ends with the provider: a bring-up cut short reaps what it started.
 func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
-	l.slots <- struct{}{}
+	defer l.bringUps.Done()
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.runCtx.Done():
+		st := l.st(key)
+		l.mu.Lock()
+		st.group = materialiser.GroupAbsent // nothing started
+		l.mu.Unlock()
+		return
+	}
 	defer func() { <-l.slots }()
-	ctx, cancel := context.WithTimeout(context.Background(), bringUpDeadline)
+	ctx, cancel := context.WithTimeout(l.runCtx, bringUpDeadline)
 	defer cancel()
 	t0 := time.Now()
 	c, err := l.P.UpWith(ctx, name, np)
@@ -501,6 +542,21 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 	}
 	l.mu.Unlock()
 	l.queue.Add(key)
+}
+
+// logFailure logs a failed operation: at ERROR, unless it is an expected condition that
+// the next pass retries by design (a conflict on an optimistic-concurrency write, a stop
+// waiting for its bring-up, a stopping provider), which is news, not a fault.
+func logFailure[O ~string](log *slog.Logger, msg string, op O, err error) {
+	if expected(err) {
+		log.Info(msg+"; retrying", "op", string(op), "err", err)
+		return
+	}
+	log.Error(msg, "op", string(op), "err", err)
+}
+
+func expected(err error) bool {
+	return apierrors.IsConflict(err) || errors.Is(err, errBringUpUnderWay) || errors.Is(err, context.Canceled)
 }
 
 // removeNodesAtOnce bounds the guests a teardown removes at once.

@@ -87,7 +87,7 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 	}
 	for _, op := range r.Ops {
 		if err := l.performNode(ctx, op, &n, c, owner); err != nil {
-			log.Error("node operation failed", "op", op, "err", err)
+			logFailure(log, "node operation failed", op, err)
 			status.Message = fmt.Sprintf("%s: %v", op, err)
 			l.writeNodeStatus(ctx, &n, status)
 			return 0, err

@@ -15,13 +15,19 @@ func (s Spec) KineDSN() string {
 // KineMaxOpenConnections bounds kine's pool below Postgres's max_connections.
 const KineMaxOpenConnections = 20
 
+// FrontDBOptions open the front's SQLite database: WAL with synchronous=FULL, so that a
+// commit is on disk before kine acknowledges it, even across a power cut (invariant 27;
+// WAL's default, NORMAL, survives a crash of the process but may lose the last commits
+// when the host loses power).
+const FrontDBOptions = "_journal=WAL&_synchronous=FULL&cache=shared&_busy_timeout=30000"
+
 // KineArgv serves the etcd API on a unix socket only; its metrics listener is off, so the
 // apiserver's port is the stack's only TCP port.
 func (s Spec) KineArgv() []string {
 	endpoint := s.KineDSN()
 	if s.Front {
 		// The front's own state: small, one writer, no Postgres to run for it.
-		endpoint = "sqlite://" + s.Layout().FrontDB() + "?_journal=WAL&cache=shared&_busy_timeout=30000"
+		endpoint = "sqlite://" + s.Layout().FrontDB() + "?" + FrontDBOptions
 	}
 	return append([]string{s.Bin("kine")}, flags(map[string]string{
 		"endpoint":                       endpoint,

@@ -18,7 +18,9 @@ func (s Spec) InitdbArgv() []string {
 }
 
 // PostgresArgv runs the server on a unix socket in the DataDir only (no TCP listener),
-// sized for one small tenant.
+// sized for one small tenant. fsync, synchronous_commit and full_page_writes are PostgreSQL's
+// defaults, set here anyway so that no configuration file can turn them off: a write the
+// apiserver acknowledged is on disk before kine answers it (invariant 27).
 func (s Spec) PostgresArgv() []string {
 	l := s.Layout()
 	return []string{
@@ -31,5 +33,8 @@ func (s Spec) PostgresArgv() []string {
 		"-c", "shared_buffers=16MB",
 		"-c", "max_wal_size=256MB",
 		"-c", "logging_collector=off",
+		"-c", "fsync=on",
+		"-c", "synchronous_commit=on",
+		"-c", "full_page_writes=on",
 	}
 }

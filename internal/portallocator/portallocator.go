@@ -132,6 +132,9 @@ func (b *Book) Release(port int, holder string) error {
 	return nil
 }
 
+// Path is the book's file.
+func (b *Book) Path() string { return b.path }
+
 // Holder returns who holds port, or "".
 func (b *Book) Holder(port int) string {
 	b.mu.Lock()

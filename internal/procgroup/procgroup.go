@@ -355,7 +355,7 @@ func ReapSurvivors(opts Options) (int, error) {
 				continue
 			}
 		}
-		if err := os.Remove(p); err != nil {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			errs = append(errs, err)
 		}
 	}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/rootlock"
+)
+
+// stopContext is canceled by the first SIGINT or SIGTERM: the command then stops every group
+// in order. A second signal calls force once (kill -9 of every group); the orderly stop goes
+// on around it, so records are still removed and leases still released (invariant 26).
+func stopContext(out io.Writer, force func() error) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(out, "%s again: forcing, kill -9 of every process the provider started\n", s)
+			if err := force(); err != nil {
+				fmt.Fprintf(out, "forcing: %v\n", err)
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() { signal.Stop(sigs); close(done); cancel() }
+}
+
+// lockRoot makes this process the one provider of root (creating root if it is new), or
+// refuses at once, touching nothing, naming the holder.
+func lockRoot(root string) (*rootlock.Lock, error) {
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return nil, fmt.Errorf("--data-root %s: %w", root, err)
+	}
+	l, err := rootlock.Acquire(root)
+	if errors.Is(err, rootlock.ErrHeld) {
+		return nil, fmt.Errorf("--data-root %w; one provider at a time runs a data root: declare clusters through its front with socialweb-kcp (or kubectl), or stop it first", err)
+	}
+	return l, err
+}
+
+// leftovers is what checks "nothing is running" before it is said.
+type leftovers interface {
+	Leftovers() (clusterprovider.Leftovers, error)
+}
+
+// confirmStopped reads the process table and the lease book and prints msg only when
+// nothing is left; otherwise what is left is the error.
+func confirmStopped(of leftovers, out io.Writer, msg string) error {
+	left, err := of.Leftovers()
+	if err != nil {
+		return fmt.Errorf("checking that nothing runs: %w", err)
+	}
+	if !left.None() {
+		return fmt.Errorf("stopped, but still left: %s", left)
+	}
+	fmt.Fprintln(out, msg)
+	return nil
+}
