@@ -112,6 +112,9 @@ func (l *Loop) running(key string) *Cluster {
 	return nil
 }
 
+// nodeOpDeadline bounds adding or removing one guest, so that a worker is never held by it.
+const nodeOpDeadline = 3 * time.Minute
+
 func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.Node, c *Cluster, owner *unstructured.Unstructured) error {
 	switch op {
 	case materialiser.OpAdoptNode:
@@ -121,9 +124,13 @@ func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.
 	case materialiser.OpReleaseNode:
 		return l.setFinalizer(ctx, NodesResource, &n.ObjectMeta, v1alpha1.NodeFinalizer, false, nil)
 	case materialiser.OpAddGuest:
+		ctx, cancel := c.whileRunning(ctx, nodeOpDeadline)
+		defer cancel()
 		_, err := c.StartNode(ctx, n.Spec.NodeID)
 		return err
 	case materialiser.OpRemoveGuest:
+		ctx, cancel := c.whileRunning(ctx, nodeOpDeadline)
+		defer cancel()
 		return c.RemoveNode(ctx, n.Spec.NodeID)
 	}
 	return fmt.Errorf("unknown node operation %s", op)

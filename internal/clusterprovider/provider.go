@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +34,10 @@ type Config struct {
 	PostgresBin string // "" means clusterstack.DefaultPostgresBin
 	Ports       portallocator.Range
 	SANs        []string // extra names for every apiserver's serving certificate
+	// K3sBinary, when set, runs each tenant's control plane as "k3s server" (the k3s
+	// flavour, clusterstack.Spec.K3sBinary) instead of kube-apiserver, the controller-manager
+	// and the scheduler. The front stays kube-apiserver and kube-controller-manager.
+	K3sBinary string
 	// Grace is how long a component has between its stop signal and SIGKILL.
 	Grace time.Duration
 	// Log receives every component's prefixed output, besides the per-component log files.
@@ -96,18 +101,40 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// RequiredBinaries are the binaries a cluster's stack runs.
+// RequiredBinaries are the binaries the provider's stacks run: a tenant's, of the
+// configured flavour, then the front's. They are the programs the backstop reaps.
 func (p *Provider) RequiredBinaries() []string {
-	return []string{
-		filepath.Join(p.cfg.PostgresBin, "initdb"),
-		filepath.Join(p.cfg.PostgresBin, "postgres"),
-		filepath.Join(p.cfg.BinDir, "kine"),
-		filepath.Join(p.cfg.BinDir, "kube-apiserver"),
-		filepath.Join(p.cfg.BinDir, "kube-controller-manager"),
-		filepath.Join(p.cfg.BinDir, "kube-scheduler"),
-		filepath.Join(p.cfg.BinDir, clusterstack.CloudControllerManagerBinary),
-		filepath.Join(p.cfg.BinDir, "kwok"),
+	tenant := clusterstack.Spec{BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary}
+	front := clusterstack.Spec{BinDir: p.cfg.BinDir, Front: true}
+	var out []string
+	for _, b := range append(binariesOf(tenant), binariesOf(front)...) {
+		if !slices.Contains(out, b) {
+			out = append(out, b)
+		}
 	}
+	return out
+}
+
+// binariesOf are the binaries s's stack runs, in start order: each component's argv[0].
+// The k3s flavour runs no kube-apiserver, controller-manager or scheduler.
+func binariesOf(s clusterstack.Spec) []string {
+	var comps []procgroup.Component
+	var out []string
+	if !s.Front {
+		out = append(out, s.InitdbArgv()[0])
+		comps = append(comps, procgroup.ComponentPostgres)
+	}
+	comps = append(comps, procgroup.ComponentKine)
+	comps = append(comps, s.ControlPlane()...)
+	if !s.Front {
+		comps = append(comps, procgroup.ComponentCloudControllerManager, procgroup.ComponentKwok)
+	}
+	for _, c := range comps {
+		if argv, err := s.Argv(c); err == nil {
+			out = append(out, argv[0])
+		}
+	}
+	return out
 }
 
 // maxSocketPath is the kernel's limit on a unix socket's path (sun_path, 108 bytes with its
@@ -129,10 +156,19 @@ func checkSocketPaths(dataDir string) error {
 // ErrMissingBinary: a component's binary is not installed.
 var ErrMissingBinary = errors.New("binary not installed")
 
-func (p *Provider) checkBinaries() error {
-	for _, b := range p.RequiredBinaries() {
+// checkBinaries checks the binaries s runs. The front checks every binary the provider
+// runs: serve brings it up first, so a missing one stops serve before anything starts.
+func (p *Provider) checkBinaries(s clusterstack.Spec) error {
+	bins := binariesOf(s)
+	if s.Front {
+		bins = p.RequiredBinaries()
+	}
+	for _, b := range bins {
 		st, err := os.Stat(b)
 		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			if b == p.cfg.K3sBinary {
+				return fmt.Errorf("%w: %s is missing or not executable; install k3s there or give another --k3s-binary", ErrMissingBinary, b)
+			}
 			return fmt.Errorf("%w: %s is missing or not executable; run %s", ErrMissingBinary, b, InstallHint)
 		}
 	}
@@ -211,7 +247,7 @@ func (p *Provider) UpWith(ctx context.Context, name string, np NodePolicy) (*Clu
 		return nil, err
 	}
 	return p.upSpec(ctx, clusterstack.Spec{
-		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin,
+		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary,
 		MaxNodes: np.MaxNodes, PodsPerNode: np.PodsPerNode, NodeResync: p.cfg.NodeResync,
 	})
 }
@@ -236,7 +272,7 @@ func leaseHolder(s clusterstack.Spec) string {
 }
 
 func (p *Provider) upSpec(ctx context.Context, s clusterstack.Spec) (*Cluster, error) {
-	if err := p.checkBinaries(); err != nil {
+	if err := p.checkBinaries(s); err != nil {
 		return nil, err
 	}
 	if err := checkSocketPaths(s.DataDir); err != nil {
@@ -419,6 +455,21 @@ func (c *Cluster) Stop() error {
 		err = c.p.book.Release(c.Port, leaseHolder(c.Spec))
 	}
 	return err
+}
+
+// whileRunning is ctx, ended too after d or when the cluster stops: an operation on its
+// guests waits on its apiserver, which is gone once it stops (a Node deleted while its
+// Cluster is torn down would otherwise poll for the CCM forever, holding a worker).
+func (c *Cluster) whileRunning(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	go func() {
+		select {
+		case <-c.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // Destroy stops the cluster and removes its DataDir: nothing of it survives (invariant 15).

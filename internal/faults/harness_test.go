@@ -278,31 +278,36 @@ func (h *harness) write(n int) {
 
 // --- the checks ---
 
-// groupProcs is every live process of a component, by the DataDir it runs for.
+// groupProcs is every live process of a component, by the DataDir it runs for (its name,
+// or "front"), and under "?" those of none of them. A process names its DataDir on argv
+// or, like the CCM, in its environment: FindByMarker reads both.
 func (h *harness) groupProcs() (map[string][]processrunner.Identity, error) {
-	ids, err := processrunner.FindByMarker(h.root+"/", h.programs)
+	all, err := processrunner.FindByMarker(h.root+"/", h.programs)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]processrunner.Identity{}
-	for _, id := range ids {
-		out[h.dirOf(id)] = append(out[h.dirOf(id)], id)
-	}
-	return out, nil
-}
-
-// dirOf names the DataDir a process runs for: "front", a cluster's name, or "?".
-func (h *harness) dirOf(id processrunner.Identity) string {
-	line := strings.Join(id.Cmdline, " ")
-	if strings.Contains(line, filepath.Join(h.root, clusterprovider.FrontName)+"/") {
-		return clusterprovider.FrontName
-	}
+	known := map[int]bool{}
+	dirs := map[string]string{clusterprovider.FrontName: filepath.Join(h.root, clusterprovider.FrontName)}
 	for _, n := range h.names {
-		if strings.Contains(line, clusterprovider.DataDirOf(h.root, n)+"/") {
-			return n
+		dirs[n] = clusterprovider.DataDirOf(h.root, n)
+	}
+	for name, dir := range dirs {
+		ids, err := processrunner.FindByMarker(dir+"/", h.programs)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = ids
+		for _, id := range ids {
+			known[id.Pid] = true
 		}
 	}
-	return "?"
+	for _, id := range all {
+		if !known[id.Pid] {
+			out["?"] = append(out["?"], id)
+		}
+	}
+	return out, nil
 }
 
 func (h *harness) procsOf(i int, binary string) []processrunner.Identity {
