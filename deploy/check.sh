@@ -25,6 +25,16 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+# Fuzz (issue 17): each native fuzz target for 10s, one per go test (-fuzz takes one
+# package and one target). A crasher is written to the package's testdata/fuzz/<target>/ and
+# fails the check; keep it there as a regression seed once its cause is fixed.
+step "fuzz"
+for target in api/v1alpha1:FuzzClusterValidation cmd/socialweb-kcp:FuzzCommandLine internal/instancesnapshot:FuzzParse; do
+  pkg=${target%%:*} t=${target##*:}
+  go test -run '^$' -fuzz "^$t\$" -fuzztime 10s "./$pkg/"
+  echo "fuzz: $t ok"
+done
+
 if [ "${1:-}" = "--fast" ]; then
   step "unit tests"
   go test -short -count=1 ./...

@@ -1,19 +1,27 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/portallocator"
 )
 
 // providerFlags are the flags of every verb that runs clusters (up, serve).
 type providerFlags struct {
-	dataRoot, binDir, ports string
-	verbose                 bool
+	dataRoot, binDir, ports, k3sBinary string
+	verbose                            bool
 }
+
+// postgresBinDir is where initdb and postgres are (Debian's postgresql-15 package); a
+// variable so that the tests can point it at fakes.
+var postgresBinDir = clusterstack.DefaultPostgresBin
 
 func addDataRootFlag(fs *flag.FlagSet, dst *string) {
 	fs.StringVar(dst, "data-root", envOr("SOCIALWEB_DATA_ROOT", "/var/lib/socialweb-kcp"), "where the lease book, the front and every cluster's DataDir live (env SOCIALWEB_DATA_ROOT)")
@@ -24,19 +32,51 @@ func addProviderFlags(fs *flag.FlagSet) *providerFlags {
 	addDataRootFlag(fs, &f.dataRoot)
 	fs.StringVar(&f.binDir, "bin-dir", envOr("SOCIALWEB_BIN_DIR", defaultBinDir()), "where kine and the Kubernetes binaries are (env SOCIALWEB_BIN_DIR)")
 	fs.StringVar(&f.ports, "port-range", envOr("SOCIALWEB_PORT_RANGE", "30000-30999"), "ports the apiservers may lease, FIRST-LAST (env SOCIALWEB_PORT_RANGE)")
+	fs.StringVar(&f.k3sBinary, "k3s-binary", "", "path to a k3s binary: runs each control plane as k3s server instead of kube-apiserver/controller-manager/scheduler (not live-tested here)")
 	fs.BoolVar(&f.verbose, "v", false, "copy every component's log to stderr")
 	return f
 }
 
-// config is the provider's configuration these flags give; a bad port range names its flag.
+// config is the provider's configuration these flags give; a bad value names its flag, and
+// is refused before anything starts.
 func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error) {
 	rng, err := portallocator.ParseRange(f.ports)
 	if err != nil {
 		return clusterprovider.Config{}, fmt.Errorf("--port-range: %w", err)
 	}
-	cfg := clusterprovider.Config{DataRoot: f.dataRoot, BinDir: f.binDir, Ports: rng}
+	cfg := clusterprovider.Config{DataRoot: f.dataRoot, BinDir: f.binDir, PostgresBin: postgresBinDir, Ports: rng}
+	if f.k3sBinary != "" {
+		if cfg.K3sBinary, err = k3sBinary(f.k3sBinary); err != nil {
+			return clusterprovider.Config{}, err
+		}
+	}
 	if f.verbose {
 		cfg.Log = stderr
 	}
 	return cfg, nil
+}
+
+// k3sBinary checks --k3s-binary: an executable regular file. It returns its absolute path,
+// which the components run and the backstop looks for, whatever the working directory.
+func k3sBinary(path string) (string, error) {
+	const leaveOut = "or leave --k3s-binary out to run kube-apiserver, kube-controller-manager and kube-scheduler"
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("--k3s-binary %s: %w", path, err)
+	}
+	st, err := os.Stat(abs)
+	switch {
+	case err != nil:
+		if e := errors.Unwrap(err); e != nil {
+			err = e // the path is named already
+		}
+		return "", fmt.Errorf("--k3s-binary %s: %w; give the path of an installed k3s binary, %s", path, err, leaveOut)
+	case st.IsDir():
+		return "", fmt.Errorf("--k3s-binary %s: is a directory; give the path of the k3s binary itself, %s", path, leaveOut)
+	case !st.Mode().IsRegular():
+		return "", fmt.Errorf("--k3s-binary %s: not a regular file (mode %s); give the path of the k3s binary itself, %s", path, st.Mode(), leaveOut)
+	case st.Mode()&0o111 == 0:
+		return "", fmt.Errorf("--k3s-binary %s: not executable (mode %s); chmod +x it, or give another path", path, st.Mode().Perm())
+	}
+	return abs, nil
 }

@@ -2,11 +2,40 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"socialweb.computer/kcp/internal/clusterstack"
 )
 
+// fakeInstall makes a bin dir and a Postgres bin dir of executables that must never run,
+// leaving out the missing ones, and points this command's Postgres bin dir at the latter
+// for the test: what is missing is the same on every machine, whatever it has installed.
+func fakeInstall(t *testing.T, missing ...string) (bin, pg string) {
+	t.Helper()
+	bin, pg = t.TempDir(), t.TempDir()
+	files := map[string]string{"initdb": pg, "postgres": pg}
+	for _, b := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", clusterstack.CloudControllerManagerBinary, "kwok"} {
+		files[b] = bin
+	}
+	for name, dir := range files {
+		if !slices.Contains(missing, name) {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\nexit 99\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	old := postgresBinDir
+	postgresBinDir = pg
+	t.Cleanup(func() { postgresBinDir = old })
+	return bin, pg
+}
+
 func TestBadInvocationsNameWhatIsWrong(t *testing.T) {
+	fakeInstall(t) // Postgres "installed": the missing binary below is kine, on every machine
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -34,5 +63,77 @@ func TestBadInvocationsNameWhatIsWrong(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// A missing binary is named, with what to run, before anything starts; the k3s flavour
+// (--k3s-binary) does not need kube-apiserver, kube-controller-manager or kube-scheduler.
+func TestAMissingBinaryIsNamed(t *testing.T) {
+	k3s := filepath.Join(t.TempDir(), "k3s")
+	os.WriteFile(k3s, []byte("#!/bin/sh\nexit 99\n"), 0o755)
+	for _, tc := range []struct {
+		missing []string
+		k3s     bool
+		want    string // the missing binary named, in BIN or PG
+	}{
+		{[]string{"postgres"}, false, "PG/postgres"},
+		{[]string{"kube-scheduler"}, false, "BIN/kube-scheduler"},
+		{[]string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}, true, "BIN/kwok"},
+	} {
+		bin, pg := fakeInstall(t, tc.missing...)
+		data := t.TempDir()
+		args := []string{"up", "demo", "--data-root", data, "--bin-dir", bin}
+		if tc.k3s {
+			args = append(args, "--k3s-binary", k3s)
+		}
+		want := strings.NewReplacer("BIN", bin, "PG", pg).Replace(tc.want) + " is missing or not executable; run deploy/install-components.sh"
+		var out, errb bytes.Buffer
+		if err := run(args, &out, &errb); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %v (k3s %v): run = %v, want an error containing %q", tc.missing, tc.k3s, err, want)
+		}
+		if _, err := os.Stat(filepath.Join(data, "clusters", "demo")); !os.IsNotExist(err) {
+			t.Errorf("missing %v: the refused bring-up made the DataDir", tc.missing)
+		}
+	}
+}
+
+// A bad --k3s-binary is refused, naming the flag, the path and what to do, before
+// anything starts (up and serve alike): the data root is left untouched.
+func TestABadK3sBinaryIsRefusedFirst(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "k3s.txt")
+	os.WriteFile(plain, []byte("not a program"), 0o644)
+	os.Chmod(plain, 0o644) // whatever the umask
+	for _, tc := range []struct{ path, want string }{
+		{filepath.Join(dir, "nope"), "no such file or directory; give the path of an installed k3s binary, or leave --k3s-binary out"},
+		{dir, "is a directory; give the path of the k3s binary itself"},
+		{plain, "not executable (mode -rw-r--r--); chmod +x it"},
+	} {
+		for _, verb := range []string{"up demo", "serve"} {
+			data := t.TempDir()
+			args := append(strings.Fields(verb), "--data-root", data, "--k3s-binary", tc.path)
+			var out, errb bytes.Buffer
+			err := run(args, &out, &errb)
+			if want := "--k3s-binary " + tc.path + ": " + tc.want; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s --k3s-binary %s: %v, want an error containing %q", verb, tc.path, err, want)
+			}
+			if ents, _ := os.ReadDir(data); len(ents) != 0 {
+				t.Errorf("%s --k3s-binary %s: the data root has %v; want nothing touched", verb, tc.path, ents)
+			}
+		}
+	}
+}
+
+// k3sBinary accepts an executable file and makes its path absolute.
+func TestK3sBinary(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "k3s"), []byte("#!/bin/sh\n"), 0o755)
+	got, err := k3sBinary(filepath.Join(dir, "k3s"))
+	if err != nil || got != filepath.Join(dir, "k3s") {
+		t.Fatalf("k3sBinary = %q, %v", got, err)
+	}
+	t.Chdir(dir)
+	if got, err := k3sBinary("k3s"); err != nil || got != filepath.Join(dir, "k3s") {
+		t.Fatalf("k3sBinary(relative) = %q, %v; want %s", got, err, filepath.Join(dir, "k3s"))
 	}
 }

@@ -41,12 +41,14 @@ func upCmd(g *globals) *cobra.Command {
 		Example: `  socialweb-kcp up demo
   kubectl --kubeconfig demo.kubeconfig get ns
   socialweb-kcp up big --nodes 3 --max-nodes 10 -n acme`,
-		Args: args(1, 1, "NAME"),
-		RunE: func(cmd *cobra.Command, a []string) error {
-			name := a[0]
+		Args: cobra.MatchAll(args(1, 1, "NAME"), func(*cobra.Command, []string) error {
 			if nodes < 0 || nodes > 100 {
 				return usageError{fmt.Errorf("--nodes %d: want 0 to 100", nodes)}
 			}
+			return nil
+		}),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			name := a[0]
 			if account == "" {
 				account = g.namespace
 			}

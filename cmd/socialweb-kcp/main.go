@@ -61,6 +61,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	fmt.Fprintln(stderr, "socialweb-kcp:", err)
+	return exitCode(err)
+}
+
+// exitCode is a command's failure as an exit code: a mistake in the command line (ours,
+// or cobra's unknown command) is 2, a wait that ran out 3, anything else 1.
+func exitCode(err error) int {
 	var ue usageError
 	var te timeoutError
 	switch {
@@ -112,7 +118,9 @@ func defaultKubeconfig() string {
 	return filepath.Join(root, "operator.kubeconfig")
 }
 
-// args checks the positional arguments: n to max of them (max -1: any number).
+// args checks the positional arguments: n to max of them (max -1: any number). A command's
+// Args (args, and the command's own checks of its flag values and arguments) finds every
+// usage error, before RunE contacts anything: FuzzCommandLine runs commands without RunE.
 func args(n, max int, names string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, a []string) error {
 		if len(a) < n || max >= 0 && len(a) > max {

@@ -29,15 +29,14 @@ func nodesCmd(g *globals) *cobra.Command {
 		Use:     "add NAME [COUNT]",
 		Short:   "Add COUNT (default 1) nodes to cluster NAME and wait until each is Ready",
 		Example: "  socialweb-kcp nodes add demo 2",
-		Args:    args(1, 2, "NAME [COUNT]"),
+		Args: cobra.MatchAll(args(1, 2, "NAME [COUNT]"), func(_ *cobra.Command, a []string) error {
+			_, err := nodeCount(a)
+			return err
+		}),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			count := 1
-			if len(a) == 2 {
-				n, err := strconv.Atoi(a[1])
-				if err != nil || n < 1 || n > 100 {
-					return usageError{fmt.Errorf("COUNT %q: want a number from 1 to 100", a[1])}
-				}
-				count = n
+			count, err := nodeCount(a)
+			if err != nil {
+				return err
 			}
 			f, err := g.front()
 			if err != nil {
@@ -95,6 +94,18 @@ func nodesCmd(g *globals) *cobra.Command {
 	addOutputFlag(ls, &output)
 	cmd.AddCommand(add, rm, ls)
 	return cmd
+}
+
+// nodeCount is nodes add's COUNT: 1 when absent, else a number from 1 to 100.
+func nodeCount(a []string) (int, error) {
+	if len(a) < 2 {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(a[1])
+	if err != nil || n < 1 || n > 100 {
+		return 0, usageError{fmt.Errorf("COUNT %q: want a number from 1 to 100", a[1])}
+	}
+	return n, nil
 }
 
 // addNodes declares count Node objects for cluster under the next free ids and, with

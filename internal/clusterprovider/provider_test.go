@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,6 +174,42 @@ func TestBadInputChangesNothing(t *testing.T) {
 		}
 		assertNothingLeft(t, p, "Bad_Name")
 	})
+}
+
+// The k3s flavour needs k3s, not kube-apiserver, kube-controller-manager or kube-scheduler,
+// for a tenant; the front still runs kube-apiserver and kube-controller-manager.
+func TestTheK3sFlavourNeedsItsOwnBinaries(t *testing.T) {
+	bin, pg := fakeBinaries(t)
+	plain, _ := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
+	old := []string{pg + "/initdb", pg + "/postgres", bin + "/kine", bin + "/kube-apiserver", bin + "/kube-controller-manager", bin + "/kube-scheduler", bin + "/" + clusterstack.CloudControllerManagerBinary, bin + "/kwok"}
+	if got := plain.RequiredBinaries(); !slices.Equal(got, old) {
+		t.Fatalf("RequiredBinaries = %v, want %v", got, old)
+	}
+	k3s := filepath.Join(t.TempDir(), "k3s")
+	os.WriteFile(k3s, []byte("#!/bin/sh\nexit 99\n"), 0o755)
+	p, err := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t), K3sBinary: k3s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{pg + "/initdb", pg + "/postgres", bin + "/kine", k3s, bin + "/" + clusterstack.CloudControllerManagerBinary, bin + "/kwok", bin + "/kube-apiserver", bin + "/kube-controller-manager"}
+	if got := p.RequiredBinaries(); !slices.Equal(got, want) {
+		t.Fatalf("k3s RequiredBinaries = %v, want %v", got, want)
+	}
+	// A tenant: with the Kubernetes binaries gone, the first missing one it names is kwok,
+	// the last of its own (kwok is removed too, so that nothing starts).
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+		os.Remove(filepath.Join(bin, b))
+	}
+	_, err = p.Up(context.Background(), "demo")
+	if !errors.Is(err, ErrMissingBinary) || !strings.Contains(err.Error(), bin+"/kwok ") {
+		t.Fatalf("k3s Up = %v, want ErrMissingBinary naming %s/kwok and no Kubernetes binary", err, bin)
+	}
+	assertNothingLeft(t, p, "demo")
+	// The front checks every binary the provider runs: kube-apiserver too.
+	os.WriteFile(filepath.Join(bin, "kwok"), []byte("#!/bin/sh\nexit 99\n"), 0o755)
+	if _, err := p.UpFront(context.Background()); !errors.Is(err, ErrMissingBinary) || !strings.Contains(err.Error(), bin+"/kube-apiserver ") {
+		t.Fatalf("k3s UpFront = %v, want ErrMissingBinary naming %s/kube-apiserver", err, bin)
+	}
 }
 
 func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {

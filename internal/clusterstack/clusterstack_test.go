@@ -1,6 +1,8 @@
 package clusterstack
 
 import (
+	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -65,17 +67,122 @@ func TestArgvIsDeterministic(t *testing.T) {
 	}
 }
 
+// Every absolute path on every component's argv (and in the environments that carry
+// paths) is under the cluster's DataDir (invariant 6); only the binaries themselves
+// (argv[0]) and BinDir are elsewhere. Each flavour: the tenant stack, the front, k3s.
 func TestEveryPathIsUnderTheDataDir(t *testing.T) {
-	s := spec()
-	withEnv := func(argv []string, env []string) []string { return append(append([]string{}, argv...), env...) }
-	for _, argv := range [][]string{s.InitdbArgv(), s.PostgresArgv(), withEnv(s.KineArgv(), s.KineEnv()), s.APIServerArgv(), s.ControllerManagerArgv(), s.SchedulerArgv(), withEnv(s.CloudControllerManagerArgv(), s.CloudControllerManagerEnv())} {
-		for _, a := range argv[1:] {
-			_, v, _ := strings.Cut(a, "=")
-			if strings.HasPrefix(v, "/") && !strings.HasPrefix(v, s.DataDir+"/") {
-				t.Errorf("%s: %s is outside the DataDir", argv[0], a)
+	front := spec()
+	front.Front = true
+	k3s := spec()
+	k3s.K3sBinary = "/usr/local/bin/k3s"
+	for _, s := range []Spec{spec(), front, k3s} {
+		for name, argv := range commandLines(t, s) {
+			paths := absolutePaths(argv)
+			if len(paths) == 0 {
+				t.Errorf("%s: no path found in %q: the helper no longer sees them", name, argv)
+			}
+			for _, p := range outside(s, paths) {
+				t.Errorf("%s (front %v, k3s %q): %s is outside the DataDir %s", name, s.Front, s.K3sBinary, p, s.DataDir)
 			}
 		}
 	}
+}
+
+// The check itself: each form a path takes on argv is found, and one outside the DataDir
+// is reported.
+func TestAbsolutePathsFindsEveryForm(t *testing.T) {
+	s := spec()
+	argv := []string{"/opt/bin/x",
+		"--kubeconfig=/etc/kubeconfig",                       // --k=/abs
+		"--etcd-servers=unix:///run/kine.sock",               // a unix:// endpoint
+		"--endpoint=sqlite:///tmp/state.db?_journal=WAL",     // a sqlite:// endpoint, its query cut
+		"--endpoint=postgres://kine@/kine?host=%2Fvar%2Frun", // a DSN's socket directory
+		"-D", "/srv/pgdata", // a flag and its path apart
+		"-c", "unix_socket_directories=/tmp", // -c key=/abs
+		"PGPASSFILE=/root/.pgpass",                  // an environment entry
+		"--data-dir=" + s.DataDir + "/../../escape", // under the DataDir in name only
+		"--config=" + s.DataDir + "/kwok.yaml",      // fine: the DataDir
+		"--bin=" + s.BinDir + "/kine",               // fine: BinDir
+		"--selector=kwok.x-k8s.io/node=fake",        // no path
+		"-c", "listen_addresses=",                   // no path
+	}
+	want := []string{"/etc/kubeconfig", "/run/kine.sock", "/tmp/state.db", "/var/run", "/srv/pgdata", "/tmp", "/root/.pgpass", s.DataDir + "/../../escape"}
+	got := outside(s, absolutePaths(argv))
+	if !slices.Equal(got, want) {
+		t.Errorf("outside the DataDir: %q\nwant %q", got, want)
+	}
+}
+
+// commandLines is every command line of s's stack by component, each followed by the
+// environment it is given (the environments carry paths too).
+func commandLines(t *testing.T, s Spec) map[string][]string {
+	t.Helper()
+	out := map[string][]string{"initdb": s.InitdbArgv()}
+	comps := append([]procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine}, s.ControlPlane()...)
+	comps = append(comps, procgroup.ComponentCloudControllerManager, procgroup.ComponentKwok)
+	for _, c := range comps {
+		argv, err := s.Argv(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch c {
+		case procgroup.ComponentKine:
+			argv = append(argv, s.KineEnv()...)
+		case procgroup.ComponentCloudControllerManager:
+			argv = append(argv, s.CloudControllerManagerEnv()...)
+		}
+		out[c.String()] = argv
+	}
+	return out
+}
+
+// absolutePaths is every absolute path on argv after argv[0]: a bare item ("-D /p"), a
+// flag's or an environment entry's value ("--k=/p", "K=/p", "-c key=/p"), the path of a
+// unix:// or sqlite:// endpoint, and a URL's query values (a DSN's host=/socket/dir).
+func absolutePaths(argv []string) []string {
+	var out []string
+	for _, a := range argv[1:] {
+		out = append(out, pathsIn(a)...)
+	}
+	return out
+}
+
+func pathsIn(v string) []string {
+	if strings.HasPrefix(v, "/") {
+		return []string{v}
+	}
+	if i := strings.Index(v, "="); i >= 0 && !strings.ContainsAny(v[:i], "/:?") {
+		return pathsIn(v[i+1:]) // --k=v, K=v, key=v
+	}
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		return nil
+	}
+	var out []string
+	if scheme == "unix" || scheme == "sqlite" {
+		p, _, _ := strings.Cut(rest, "?")
+		out = append(out, pathsIn(p)...)
+	}
+	if u, err := url.Parse(v); err == nil {
+		for _, vals := range u.Query() {
+			for _, q := range vals {
+				out = append(out, pathsIn(q)...)
+			}
+		}
+	}
+	return out
+}
+
+// outside is the paths that are neither in s's DataDir nor in its BinDir, once cleaned of "..".
+func outside(s Spec, paths []string) []string {
+	in := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	var out []string
+	for _, p := range paths {
+		if c := filepath.Clean(p); !in(c, s.DataDir) && !in(c, s.BinDir) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func TestK3sFlavour(t *testing.T) {

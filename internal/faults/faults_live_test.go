@@ -21,6 +21,7 @@ var (
 	rounds   = flag.Int("rounds", 30, "faults to inject (a long run: -rounds 200 -clusters 6)")
 	seedFlag = flag.Uint64("seed", 0, "the schedule's seed; 0 picks one from the clock (the test prints it)")
 	clusters = flag.Int("clusters", 4, "clusters the faults hit")
+	ports    = flag.String("port-range", "33500-33599", "the apiservers' ports (another range lets a long run go on beside the suite)")
 )
 
 // A seeded schedule of faults against a provider with clusters that hold data: after each
@@ -45,7 +46,7 @@ func TestFaults(t *testing.T) {
 	}
 	t.Logf("seed %d; replay: go test ./internal/faults -run TestFaults -v -seed %d -rounds %d -clusters %d", seed, seed, *rounds, *clusters)
 	exe := livetest.Build(t, "socialweb.computer/kcp/cmd/socialweb-clusterprovider")
-	h := newHarness(t, exe, bin, livetest.DataRoot(t), "33500-33599", *clusters)
+	h := newHarness(t, exe, bin, livetest.DataRoot(t), *ports, *clusters)
 	h.startServe()
 	for i := range h.names {
 		h.create(i)

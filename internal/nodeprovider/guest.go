@@ -1,7 +1,5 @@
 package nodeprovider
 
-import "errors"
-
 // Guest is the machine behind one Node of a tenant cluster: a simulated kwok node on a
 // single host, a VM from the compute market in production.
 type Guest struct {
@@ -18,6 +16,3 @@ func NewGuest(cluster, nodeID string) (Guest, error) {
 	}
 	return Guest{Cluster: cluster, NodeID: nodeID, Name: name}, nil
 }
-
-// ErrGuestNotFound: no guest of that name exists.
-var ErrGuestNotFound = errors.New("guest not found")
