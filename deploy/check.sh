@@ -47,7 +47,7 @@ step "all tests, live included"
 # -p 1: live tests start whole control planes; two cores run one package's at a time.
 log=$(mktemp)
 set +e
-SOCIALWEB_REQUIRE_LIVE=1 go test -count=1 -p 1 -timeout 30m -v ./... 2>&1 | tee "$log"
+SOCIALWEB_REQUIRE_LIVE=1 go test -count=1 -p 1 -timeout 50m -v ./... 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 if grep -E '^\s*--- SKIP' "$log"; then
