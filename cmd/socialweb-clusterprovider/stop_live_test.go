@@ -23,7 +23,7 @@ func TestCtrlCDuringABringUpLeavesNothing(t *testing.T) {
 	root := livetest.DataRoot(t)
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
 	os.WriteFile(manifest, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: cut, namespace: default}\nspec: {account: acme}\n"), 0o600)
-	programs := stackPrograms(bin)
+	programs := livetest.StackPrograms(bin)
 	for _, after := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second} {
 		t.Run(fmt.Sprintf("after %s", after), func(t *testing.T) {
 			r, kubectl, _ := startServe(t, exe, bin, root, "33400-33449")
@@ -61,7 +61,7 @@ func TestASecondProviderOnAHeldDataRootIsRefused(t *testing.T) {
 		p := kubectl("get", "clusters", "x", "-o", "jsonpath={.status.phase}")
 		return p == "Ready", p
 	})
-	programs := stackPrograms(bin)
+	programs := livetest.StackPrograms(bin)
 	pids := func() []int {
 		ids, _ := processrunner.FindByMarker(root+"/", programs)
 		var out []int
@@ -95,13 +95,4 @@ func TestASecondProviderOnAHeldDataRootIsRefused(t *testing.T) {
 	r.Cmd.Process.Signal(syscall.SIGINT)
 	r.WaitLine(t, "stopped; nothing is running")
 	r.Cmd.Wait()
-}
-
-// stackPrograms is every binary a provider starts for a group.
-func stackPrograms(bin string) []string {
-	return []string{
-		"/usr/lib/postgresql/15/bin/postgres", filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"),
-		filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"),
-		filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"),
-	}
 }

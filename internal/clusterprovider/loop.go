@@ -29,6 +29,7 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/instancesnapshot"
 	"socialweb.computer/kcp/internal/materialiser"
 	"socialweb.computer/kcp/internal/procgroup"
 )
@@ -230,16 +231,24 @@ func (l *Loop) stopAll() error {
 		}
 	}
 	l.mu.Unlock()
-	errs := make([]error, len(running))
-	sem := make(chan struct{}, stopsAtOnce)
+	return eachAtMost(stopsAtOnce, running, func(c *Cluster) error {
+		if err := c.Stop(); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
+		return nil
+	})
+}
+
+// eachAtMost runs do for every item, n at once, and joins their errors.
+func eachAtMost[T any](n int, items []T, do func(T) error) error {
+	errs := make([]error, len(items))
+	sem := make(chan struct{}, n)
 	var wg sync.WaitGroup
-	for i, c := range running {
+	for i, it := range items {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if errs[i] = c.Stop(); errs[i] != nil {
-				errs[i] = fmt.Errorf("cluster %s: %w", c.Name, errs[i])
-			}
+			errs[i] = do(it)
 		})
 	}
 	wg.Wait()
@@ -461,18 +470,10 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		}
 		// A few at a time, each drained, deleted and unlisted; no wait for the CCM to delete
 		// the Node, which goes with the cluster's data.
-		errs := make([]error, len(list))
-		sem := make(chan struct{}, removeNodesAtOnce)
-		var wg sync.WaitGroup
-		for i, in := range list {
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				_, errs[i] = c.retireGuest(ctx, in.NodeID)
-			})
-		}
-		wg.Wait()
-		return errors.Join(errs...)
+		return eachAtMost(removeNodesAtOnce, list, func(in instancesnapshot.Instance) error {
+			_, err := c.retireGuest(ctx, in.NodeID)
+			return err
+		})
 	case materialiser.OpReleaseLease:
 		if port := l.leaseOf(cl.Name); port != 0 {
 			return l.P.Leases().Release(port, leaseHolder(clusterstack.Spec{Name: cl.Name}))

@@ -56,6 +56,8 @@ func TestFaults(t *testing.T) {
 
 	var took []time.Duration
 	byKind := map[Kind]int{}
+	// The summary is printed however the test ends, so that a failed run says what it found.
+	t.Cleanup(func() { summarize(t, seed, h, took, byKind) })
 	for n, f := range Schedule(seed, *rounds, *clusters) {
 		t0 := time.Now()
 		gone := h.inject(f)
@@ -83,14 +85,18 @@ func TestFaults(t *testing.T) {
 	if dirs, _ := os.ReadDir(filepath.Join(h.root, "clusters")); len(dirs) > 0 {
 		t.Errorf("DataDirs left: %v", dirs)
 	}
+}
 
+// summarize prints the run's figures: faults by kind, the worst and p95 time from a fault
+// to everything settled, and what the checks found wrong.
+func summarize(t *testing.T, seed uint64, h *harness, took []time.Duration, byKind map[Kind]int) {
 	kinds := make([]string, 0, len(byKind))
 	for k, c := range byKind {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, c))
 	}
 	sort.Strings(kinds)
 	t.Logf("faults by kind: %s", strings.Join(kinds, ", "))
-	slices.Sort(took)
+	took = slices.Sorted(slices.Values(took))
 	worst, p95 := time.Duration(0), time.Duration(0)
 	if len(took) > 0 {
 		worst, p95 = took[len(took)-1], took[(len(took)*95+99)/100-1]
@@ -181,8 +187,7 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 		return gone
 
 	case KillServeDuringBringUp, InterruptDuringBringUp, TerminateDuringBringUp:
-		h.setRunning(i, false)
-		h.converge(fmt.Sprintf("%s: parking first", f), h.clusterProcs(i))
+		h.parkAndWait(i, fmt.Sprintf("%s: parking first", f))
 		h.setRunning(i, true)
 		time.Sleep(f.Delay) // the fault's moment within the bring-up, not a synchronisation
 		gone := h.all()
@@ -221,27 +226,20 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 		return gone
 
 	case ParkUnpark:
-		h.setRunning(i, false)
-		h.converge(fmt.Sprintf("%s: parked", f), h.clusterProcs(i))
+		h.parkAndWait(i, fmt.Sprintf("%s: parked", f))
 		h.setRunning(i, true)
 		return nil
 
 	case DeleteRecreate:
-		gone := h.clusterProcs(i)
-		h.delete(i)
-		h.converge(fmt.Sprintf("%s: deleted", f), gone)
+		h.deleteAndWait(i, fmt.Sprintf("%s: deleted", f))
 		h.create(i)
 		return nil
 
 	case DeleteDuringBring:
-		gone := h.clusterProcs(i)
-		h.delete(i)
-		h.converge(fmt.Sprintf("%s: deleted", f), gone)
+		h.deleteAndWait(i, fmt.Sprintf("%s: deleted", f))
 		h.create(i)
 		time.Sleep(f.Delay) // the deletion's moment within the bring-up
-		gone = h.clusterProcs(i)
-		h.delete(i)
-		h.converge(fmt.Sprintf("%s: deleted during its bring-up", f), gone)
+		h.deleteAndWait(i, fmt.Sprintf("%s: deleted during its bring-up", f))
 		h.create(i)
 		return nil
 	}
@@ -251,6 +249,22 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 
 // portHold is how long a taken port stays taken: long enough for a bring-up to meet it.
 const portHold = 10 * time.Second
+
+// deleteAndWait deletes cluster i and waits until nothing of it is left.
+func (h *harness) deleteAndWait(i int, what string) {
+	h.t.Helper()
+	gone := h.clusterProcs(i)
+	h.delete(i)
+	h.converge(what, gone)
+}
+
+// parkAndWait parks cluster i and waits until its processes are gone.
+func (h *harness) parkAndWait(i int, what string) {
+	h.t.Helper()
+	gone := h.clusterProcs(i)
+	h.setRunning(i, false)
+	h.converge(what, gone)
+}
 
 func (h *harness) killServe() {
 	h.serve.cmd.Process.Signal(syscall.SIGKILL)

@@ -25,6 +25,7 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
 )
@@ -58,22 +59,20 @@ func (d declared) String() string { return [...]string{"running", "parked", "abs
 
 // harness drives one provider and its clusters, and checks them against what it declared.
 type harness struct {
-	t                  *testing.T
-	exe, bin, root     string
-	ports              string
-	names              []string
-	want               []declared
-	acked              []map[string]string // per cluster: ConfigMap name → value, every write acknowledged
-	writes             int
-	serve              *serveProc
-	serveRuns          int
-	front              dynamic.Interface
-	frontKube          kubernetes.Interface
-	programs           []string
-	lastSeen           string
-	outlived, twice    int
-	lostObjects        int
-	componentsOfAGroup []string
+	t               *testing.T
+	exe, bin, root  string
+	ports           string
+	names           []string
+	want            []declared
+	acked           []map[string]string // per cluster: ConfigMap name → value, every write acknowledged
+	writes          int
+	serve           *serveProc
+	serveRuns       int
+	front           dynamic.Interface
+	frontKube       kubernetes.Interface
+	programs        []string
+	outlived, twice int
+	lostObjects     int
 }
 
 func newHarness(t *testing.T, exe, bin, root, ports string, clusters int) *harness {
@@ -83,16 +82,11 @@ func newHarness(t *testing.T, exe, bin, root, ports string, clusters int) *harne
 		h.want = append(h.want, absent)
 		h.acked = append(h.acked, map[string]string{})
 	}
-	h.componentsOfAGroup = []string{
-		postgresBinary, filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"),
-		filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"),
-		filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"),
-	}
-	h.programs = h.componentsOfAGroup
+	h.programs = livetest.StackPrograms(bin)
 	return h
 }
 
-const postgresBinary = "/usr/lib/postgresql/15/bin/postgres"
+const postgresBinary = livetest.PostgresBinary
 
 // startServe starts serve and waits until it serves; serve's stderr goes to a log file.
 func (h *harness) startServe() {
@@ -412,7 +406,7 @@ func (h *harness) clusterSettled(i int, procs []processrunner.Identity, byHolder
 	for _, id := range procs {
 		count[id.Cmdline[0]]++
 	}
-	for _, b := range h.componentsOfAGroup {
+	for _, b := range h.programs {
 		if count[b] != 1 {
 			return false, "", fmt.Sprintf("%d of %s", count[b], filepath.Base(b))
 		}
@@ -475,7 +469,6 @@ func (h *harness) converge(what string, gone []processrunner.Identity) time.Dura
 		if ok {
 			return time.Since(t0)
 		}
-		h.lastSeen = seen
 		if time.Now().After(deadline) {
 			switch {
 			case strings.Contains(seen, "still runs"), strings.Contains(seen, "outside every known group"):

@@ -76,3 +76,16 @@ func Eventually(t testing.TB, within time.Duration, what string, check func() (b
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// PostgresBinary is the installed PostgreSQL server the live tests' clusters run.
+const PostgresBinary = "/usr/lib/postgresql/15/bin/postgres"
+
+// StackPrograms is every binary a provider starts for a cluster's groups, as argv[0]: what
+// a live test scans /proc for (processrunner.FindByMarker) to find what runs.
+func StackPrograms(bin string) []string {
+	return []string{
+		PostgresBinary, filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"),
+		filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"),
+		filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"),
+	}
+}
