@@ -148,7 +148,7 @@ func up(args []string, stdout, stderr io.Writer) error {
 	c, err := p.Up(upCtx, name)
 	if err != nil && ctx.Err() != nil {
 		// Stopped mid bring-up: Spawn reaped what it had started, in reverse.
-		return confirmStopped(p, stdout, fmt.Sprintf("cluster %s stopped before it was Ready; nothing of it is running", name))
+		return confirmStopped(func() (clusterprovider.Leftovers, error) { return p.LeftoversOf(name) }, stdout, fmt.Sprintf("cluster %s stopped before it was Ready; nothing of it is running", name))
 	}
 	if err != nil {
 		return err
@@ -192,7 +192,7 @@ func up(args []string, stdout, stderr io.Writer) error {
 		err = c.Stop()
 	}
 	if err == nil {
-		err = confirmStopped(c, stdout, fmt.Sprintf("cluster %s stopped in %.2fs; nothing of it is running", name, time.Since(t1).Seconds()))
+		err = confirmStopped(c.Leftovers, stdout, fmt.Sprintf("cluster %s stopped in %.2fs; nothing of it is running", name, time.Since(t1).Seconds()))
 	}
 	return errors.Join(died, err)
 }

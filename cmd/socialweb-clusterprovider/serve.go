@@ -71,8 +71,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		front, err = p.UpFront(upCtx)
 		cancel()
 		if err != nil && ctx.Err() != nil {
-			// Stopped while the front came up: its Spawn reaped what it had started.
-			return confirmStopped(p, stdout, "stopped before serving; nothing is running")
+			// Stopped while the front came up: its Spawn reaped what it had started; what
+			// an earlier run left is reaped here, not left for the next start.
+			if err := p.ReapLeftovers(); err != nil {
+				return err
+			}
+			return confirmStopped(p.Leftovers, stdout, "stopped before serving; nothing is running")
 		}
 		if err != nil {
 			return fmt.Errorf("front: %w", err)
@@ -134,8 +138,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if front != nil {
 		err = errors.Join(err, front.Stop())
 	}
+	// Survivors of an earlier run that no bring-up of this one reached before the stop.
+	err = errors.Join(err, p.ReapLeftovers())
 	if err == nil {
-		err = confirmStopped(p, stdout, "stopped; nothing is running")
+		err = confirmStopped(p.Leftovers, stdout, "stopped; nothing is running")
 	}
 	return errors.Join(died, err)
 }

@@ -53,15 +53,10 @@ func lockRoot(root string) (*rootlock.Lock, error) {
 	return l, err
 }
 
-// leftovers is what checks "nothing is running" before it is said.
-type leftovers interface {
-	Leftovers() (clusterprovider.Leftovers, error)
-}
-
 // confirmStopped reads the process table and the lease book and prints msg only when
 // nothing is left; otherwise what is left is the error.
-func confirmStopped(of leftovers, out io.Writer, msg string) error {
-	left, err := of.Leftovers()
+func confirmStopped(check func() (clusterprovider.Leftovers, error), out io.Writer, msg string) error {
+	left, err := check()
 	if err != nil {
 		return fmt.Errorf("checking that nothing runs: %w", err)
 	}

@@ -96,3 +96,49 @@ func TestASecondProviderOnAHeldDataRootIsRefused(t *testing.T) {
 	r.WaitLine(t, "stopped; nothing is running")
 	r.Cmd.Wait()
 }
+
+// Ctrl-C of a serve restarted after a kill -9, before its bring-ups reached the clusters
+// the crashed run left: those survivors are reaped too, and their leases released, before
+// "nothing is running" is said.
+func TestCtrlCRightAfterACrashLeavesNothing(t *testing.T) {
+	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	root := livetest.DataRoot(t)
+	r, kubectl, _ := startServe(t, exe, bin, root, "33250-33299")
+	manifest := filepath.Join(t.TempDir(), "clusters.yaml")
+	os.WriteFile(manifest, []byte(`apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: a, namespace: default}
+spec: {account: acme}
+---
+apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: b, namespace: default}
+spec: {account: acme}
+`), 0o600)
+	kubectl("apply", "-f", manifest)
+	for _, name := range []string{"a", "b"} {
+		eventually(t, 4*time.Minute, "Cluster "+name+" Ready", func() (bool, string) {
+			p := kubectl("get", "clusters", name, "-o", "jsonpath={.status.phase}")
+			return p == "Ready", p
+		})
+	}
+	r.Cmd.Process.Signal(syscall.SIGKILL)
+	r.Cmd.Wait()
+	programs := livetest.StackPrograms(bin)
+	crashed, _ := processrunner.FindByMarker(filepath.Join(root, "clusters")+"/", programs)
+	// One bring-up at a time: the second cluster waits for a slot it never gets.
+	r = startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33250-33299", "--metrics-address", "127.0.0.1:0", "--max-bring-ups", "1")
+	r.WaitLine(t, "serving Clusters")
+	r.Cmd.Process.Signal(syscall.SIGINT)
+	r.WaitLine(t, "nothing is running")
+	if err := r.Cmd.Wait(); err != nil {
+		t.Fatalf("exit after Ctrl-C: %v", err)
+	}
+	if left, _ := processrunner.FindByMarker(root+"/", programs); len(left) != 0 {
+		t.Fatalf("%d processes of the crashed run, %d left after the Ctrl-C: %v", len(crashed), len(left), left[0].Cmdline)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "leases.json")); strings.Contains(string(b), "holder") {
+		t.Fatalf("leases left: %s", b)
+	}
+	t.Logf("%d processes of the crashed run, none after the Ctrl-C", len(crashed))
+}

@@ -36,18 +36,15 @@ func TestASecondSignalForces(t *testing.T) {
 	}
 }
 
-type leftoversOf struct {
-	left clusterprovider.Leftovers
-	err  error
+func leftoversOf(left clusterprovider.Leftovers, err error) func() (clusterprovider.Leftovers, error) {
+	return func() (clusterprovider.Leftovers, error) { return left, err }
 }
-
-func (l leftoversOf) Leftovers() (clusterprovider.Leftovers, error) { return l.left, l.err }
 
 // "Nothing is running" is said only when the check finds nothing; otherwise what is left
 // is the error, by pid and by port.
 func TestNothingIsRunningIsSaidOnlyWhenChecked(t *testing.T) {
 	var out bytes.Buffer
-	if err := confirmStopped(leftoversOf{}, &out, "stopped; nothing is running"); err != nil || out.String() != "stopped; nothing is running\n" {
+	if err := confirmStopped(leftoversOf(clusterprovider.Leftovers{}, nil), &out, "stopped; nothing is running"); err != nil || out.String() != "stopped; nothing is running\n" {
 		t.Fatalf("nothing left: %v, %q", err, out.String())
 	}
 	out.Reset()
@@ -55,12 +52,12 @@ func TestNothingIsRunningIsSaidOnlyWhenChecked(t *testing.T) {
 		Processes: []processrunner.Identity{{Pid: 4242, Cmdline: []string{"/bin/kine", "--endpoint=x"}}},
 		Leases:    []portallocator.Lease{{Port: 30001, Holder: "demo/kube-apiserver"}},
 	}
-	err := confirmStopped(leftoversOf{left: left}, &out, "stopped; nothing is running")
+	err := confirmStopped(leftoversOf(left, nil), &out, "stopped; nothing is running")
 	if err == nil || out.Len() != 0 || !strings.Contains(err.Error(), "pid 4242") || !strings.Contains(err.Error(), "port 30001 leased to demo/kube-apiserver") {
 		t.Fatalf("something left: %v, %q", err, out.String())
 	}
 	out.Reset()
-	if err := confirmStopped(leftoversOf{err: errors.New("no /proc")}, &out, "x"); err == nil || out.Len() != 0 {
+	if err := confirmStopped(leftoversOf(clusterprovider.Leftovers{}, errors.New("no /proc")), &out, "x"); err == nil || out.Len() != 0 {
 		t.Fatalf("a check that could not run: %v, %q", err, out.String())
 	}
 }

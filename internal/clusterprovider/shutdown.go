@@ -1,10 +1,15 @@
 package clusterprovider
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/procgroup"
 
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
@@ -39,9 +44,12 @@ func (p *Provider) Leftovers() (Leftovers, error) {
 }
 
 // Leftovers is the provider's Leftovers for this cluster alone: its processes and its lease.
-func (c *Cluster) Leftovers() (Leftovers, error) {
-	holder := leaseHolder(c.Spec)
-	return c.p.leftovers(c.DataDir, func(h string) bool { return h == holder })
+func (c *Cluster) Leftovers() (Leftovers, error) { return c.p.LeftoversOf(c.Name) }
+
+// LeftoversOf checks the cluster name alone, which need not run (a bring-up cut short).
+func (p *Provider) LeftoversOf(name string) (Leftovers, error) {
+	holder := leaseHolder(clusterstack.Spec{Name: name})
+	return p.leftovers(p.DataDir(name), func(h string) bool { return h == holder })
 }
 
 func (p *Provider) leftovers(dir string, leased func(holder string) bool) (Leftovers, error) {
@@ -71,6 +79,44 @@ func (p *Provider) Kill() error {
 	for _, id := range ids {
 		_ = syscall.Kill(-id.Pid, syscall.SIGKILL) // each component leads its own process group
 		_ = syscall.Kill(id.Pid, syscall.SIGKILL)
+	}
+	return err
+}
+
+// ReapLeftovers reaps, under every DataDir of the data root, what no group of this run
+// holds, and releases every lease whose cluster has no process left. A provider stopped
+// right after a restart has not yet reached every cluster an earlier run left running (a
+// bring-up waiting for its slot is what would have reaped them): without this, those
+// survivors would outlive the stop. Call it once this run's own groups are stopped.
+func (p *Provider) ReapLeftovers() error {
+	specs := []clusterstack.Spec{{Name: FrontName, DataDir: filepath.Join(p.cfg.DataRoot, FrontName), BinDir: p.cfg.BinDir, Front: true}}
+	ents, err := os.ReadDir(filepath.Join(p.cfg.DataRoot, "clusters"))
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			specs = append(specs, clusterstack.Spec{Name: e.Name(), DataDir: p.DataDir(e.Name()), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary})
+		}
+	}
+	reap := func(s clusterstack.Spec) error {
+		_, nerr := procgroup.ReapSurvivors(p.nodeGroupOptions(s)) // the guests before their control plane
+		_, gerr := procgroup.ReapSurvivors(p.groupOptions(s))
+		if err := errors.Join(nerr, gerr); err != nil {
+			return fmt.Errorf("cluster %s: %w", s.Name, err)
+		}
+		return nil
+	}
+	err = eachAtMost(stopsAtOnce, specs, reap)
+	for _, ls := range p.book.Leases() {
+		dir := p.DataDir(strings.TrimSuffix(ls.Holder, "/kube-apiserver"))
+		if ls.Holder == leaseHolder(clusterstack.Spec{Front: true}) {
+			dir = filepath.Join(p.cfg.DataRoot, FrontName)
+		}
+		left, ferr := processrunner.FindByMarker(dir+string(filepath.Separator), p.RequiredBinaries())
+		if ferr == nil && len(left) == 0 {
+			err = errors.Join(err, p.book.Release(ls.Port, ls.Holder))
+		}
 	}
 	return err
 }
