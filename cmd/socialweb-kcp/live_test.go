@@ -23,7 +23,7 @@ import (
 func TestTheCLIWalkthrough(t *testing.T) {
 	livetest.Start(t)
 	bin := livetest.BinDir(t)
-	lookup, err := clusterprovider.New(clusterprovider.Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: clusterstack.DefaultPostgresBin, Ports: portallocator.Range{First: 33400, Last: 33499}})
+	lookup, err := clusterprovider.New(clusterprovider.Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: clusterstack.DefaultPostgresBin, Ports: portallocator.Range{First: 35400, Last: 35499}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	provider := livetest.Build(t, "socialweb.computer/kcp/cmd/socialweb-clusterprovider")
 	cli := livetest.Build(t, "socialweb.computer/kcp/cmd/socialweb-kcp")
 	root := livetest.DataRoot(t)
-	serve, operator, _ := livetest.Serve(t, provider, bin, root, "33400-33499")
+	serve, operator, _ := livetest.Serve(t, provider, bin, root, "35400-35499")
 	work := t.TempDir()
 	kcp := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()

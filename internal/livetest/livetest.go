@@ -10,6 +10,12 @@ import (
 	"time"
 )
 
+// Port ranges: each package's live tests lease apiserver ports from ranges no other
+// package uses, so that two packages may run at once (go test's default -p) without one
+// provider binding a port another one leased: cmd/socialweb-clusterprovider 33000-33499,
+// internal/faults 33500-33599, internal/clusterprovider 31000-31999 and 34000-34099,
+// cmd/socialweb-kcp 35400-35499.
+
 // Required reports whether live tests must run (CI sets SOCIALWEB_REQUIRE_LIVE=1).
 func Required() bool { return os.Getenv("SOCIALWEB_REQUIRE_LIVE") == "1" }
 
