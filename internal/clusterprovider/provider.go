@@ -246,10 +246,17 @@ func (p *Provider) UpWith(ctx context.Context, name string, np NodePolicy) (*Clu
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	return p.upSpec(ctx, clusterstack.Spec{
+	s := p.tenantSpec(name)
+	s.MaxNodes, s.PodsPerNode = np.MaxNodes, np.PodsPerNode
+	return p.upSpec(ctx, s)
+}
+
+// tenantSpec is the stack of the tenant cluster name on this provider.
+func (p *Provider) tenantSpec(name string) clusterstack.Spec {
+	return clusterstack.Spec{
 		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary,
-		MaxNodes: np.MaxNodes, PodsPerNode: np.PodsPerNode, NodeResync: p.cfg.NodeResync,
-	})
+		NodeResync: p.cfg.NodeResync,
+	}
 }
 
 // FrontName is the management API server's cluster name; its DataDir is <data-root>/front,

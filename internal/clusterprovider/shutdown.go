@@ -96,18 +96,10 @@ func (p *Provider) ReapLeftovers() error {
 	}
 	for _, e := range ents {
 		if e.IsDir() {
-			specs = append(specs, clusterstack.Spec{Name: e.Name(), DataDir: p.DataDir(e.Name()), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary})
+			specs = append(specs, p.tenantSpec(e.Name()))
 		}
 	}
-	reap := func(s clusterstack.Spec) error {
-		_, nerr := procgroup.ReapSurvivors(p.nodeGroupOptions(s)) // the guests before their control plane
-		_, gerr := procgroup.ReapSurvivors(p.groupOptions(s))
-		if err := errors.Join(nerr, gerr); err != nil {
-			return fmt.Errorf("cluster %s: %w", s.Name, err)
-		}
-		return nil
-	}
-	err = eachAtMost(stopsAtOnce, specs, reap)
+	err = eachAtMost(stopsAtOnce, specs, p.reapSurvivors)
 	for _, ls := range p.book.Leases() {
 		dir := p.DataDir(strings.TrimSuffix(ls.Holder, "/kube-apiserver"))
 		if ls.Holder == leaseHolder(clusterstack.Spec{Front: true}) {
@@ -119,4 +111,19 @@ func (p *Provider) ReapLeftovers() error {
 		}
 	}
 	return err
+}
+
+// ReapSurvivorsOf reaps what an earlier run left running of cluster name, which no group of
+// this run holds: a provider killed in the middle of a teardown or a park leaves part of a
+// group running, and the next run, which never brought that cluster up, must reap it before
+// it releases the lease or removes the DataDir (invariant 8: nothing of it outlives them).
+func (p *Provider) ReapSurvivorsOf(name string) error { return p.reapSurvivors(p.tenantSpec(name)) }
+
+func (p *Provider) reapSurvivors(s clusterstack.Spec) error {
+	_, nerr := procgroup.ReapSurvivors(p.nodeGroupOptions(s)) // the guests before their control plane
+	_, gerr := procgroup.ReapSurvivors(p.groupOptions(s))
+	if err := errors.Join(nerr, gerr); err != nil {
+		return fmt.Errorf("cluster %s: %w", s.Name, err)
+	}
+	return nil
 }
