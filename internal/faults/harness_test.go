@@ -83,6 +83,9 @@ func newHarness(t *testing.T, exe, bin, root, ports string, clusters int) *harne
 		h.acked = append(h.acked, map[string]string{})
 	}
 	h.programs = livetest.StackPrograms(bin)
+	// However the test ends, nothing of it is left running: its serve is killed by its own
+	// cleanup (registered later, so run first), then whatever its groups still run.
+	t.Cleanup(func() { kill9(h.all(), true) })
 	return h
 }
 
