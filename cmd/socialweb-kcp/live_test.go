@@ -63,7 +63,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		return out
 	}
 
-	if out := must("version"); !strings.Contains(out, "front: v1.") || !strings.Contains(out, " at https://127.0.0.1:33400") {
+	if out := must("version"); !strings.Contains(out, "front: v1.") || !strings.Contains(out, " at https://127.0.0.1:35400") {
 		t.Errorf("version: %s", out)
 	}
 	t0 := time.Now()
@@ -94,7 +94,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME PHASE NODES AGE URL" {
 		t.Fatalf("ls: %q", lines)
 	}
-	if f := strings.Fields(lines[1]); f[0] != "demo" || f[1] != "Ready" || f[2] != "0" || !strings.HasPrefix(f[4], "https://127.0.0.1:334") {
+	if f := strings.Fields(lines[1]); f[0] != "demo" || f[1] != "Ready" || f[2] != "0" || !strings.HasPrefix(f[4], "https://127.0.0.1:354") {
 		t.Errorf("ls row: %q", f)
 	}
 
