@@ -474,20 +474,14 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 			_, err := c.retireGuest(ctx, in.NodeID)
 			return err
 		})
+	case materialiser.OpReapSurvivors:
+		return l.P.ReapSurvivorsOf(cl.Name)
 	case materialiser.OpReleaseLease:
-		// No group of this run holds it (the group is absent here), but an earlier run
-		// killed mid-teardown may have left part of one running: reap before releasing.
-		if err := l.P.ReapSurvivorsOf(cl.Name); err != nil {
-			return err
-		}
 		if port := l.leaseOf(cl.Name); port != 0 {
 			return l.P.Leases().Release(port, leaseHolder(clusterstack.Spec{Name: cl.Name}))
 		}
 		return nil
 	case materialiser.OpRemoveDataDir:
-		if err := l.P.ReapSurvivorsOf(cl.Name); err != nil {
-			return err
-		}
 		return os.RemoveAll(l.P.DataDir(cl.Name))
 	case materialiser.OpDeleteKubeconfig:
 		err := l.Core.CoreV1().Secrets(cl.Namespace).Delete(ctx, kubeconfigSecret(cl.Name), metav1.DeleteOptions{})

@@ -41,6 +41,7 @@ const (
 	OpBringUp          Op = "BringUp"          // Provider.Up
 	OpStop             Op = "Stop"             // reap the groups; data kept
 	OpRemoveNodes      Op = "RemoveNodes"      // drain and delete every guest
+	OpReapSurvivors    Op = "ReapSurvivors"    // what an earlier run left of the group: before its lease or data go
 	OpReleaseLease     Op = "ReleaseLease"     // only once nothing runs
 	OpRemoveDataDir    Op = "RemoveDataDir"    // the tenant's data: only on deletion
 	OpDeleteKubeconfig Op = "DeleteKubeconfig" // the <cluster>-kubeconfig Secret on the front
@@ -139,6 +140,11 @@ func teardown(o Observed) Result {
 		r.Ready.Message = "stopping the process group"
 		return r
 	}
+	// No group of this run holds the cluster now, but a run killed mid-teardown may have
+	// left part of one: reaped once, before the lease or the data go (invariant 8).
+	if o.LeaseHeld || o.DataDirExists {
+		r.Ops = append(r.Ops, OpReapSurvivors)
+	}
 	if o.LeaseHeld {
 		r.Ops = append(r.Ops, OpReleaseLease)
 	}
@@ -165,7 +171,7 @@ func park(o Observed) Result {
 		r.Ops = []Op{OpStop}
 	}
 	if o.LeaseHeld && (o.Group == GroupAbsent || o.Group == GroupFailed) {
-		r.Ops = append(r.Ops, OpReleaseLease)
+		r.Ops = append(r.Ops, OpReapSurvivors, OpReleaseLease)
 	}
 	if len(r.Ops) > 0 {
 		r.Ready = notReady("Parking", "spec.running is false: stopping the process group, then releasing its port; data kept")

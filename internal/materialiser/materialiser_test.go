@@ -48,14 +48,14 @@ func TestTransitions(t *testing.T) {
 		}), PhaseUnavailable, "BringingUp", []Op{OpBringUp}, false},
 		{"Unavailable -> Ready", obs(func(o *Observed) { o.Group, o.Phase, o.EverReady = GroupUp, PhaseUnavailable, true }), PhaseReady, "Ready", nil, false},
 		{"running: false parks a Ready cluster", obs(func(o *Observed) { o.Running, o.Group, o.Phase, o.LeaseHeld = false, GroupUp, PhaseReady, true }), PhaseUnavailable, "Parking", []Op{OpStop}, false},
-		{"parked: the lease goes once nothing runs", obs(func(o *Observed) { o.Running, o.LeaseHeld = false, true }), PhaseUnavailable, "Parking", []Op{OpReleaseLease}, false},
+		{"parked: the lease goes once nothing runs", obs(func(o *Observed) { o.Running, o.LeaseHeld = false, true }), PhaseUnavailable, "Parking", []Op{OpReapSurvivors, OpReleaseLease}, false},
 		{"parked and settled", obs(func(o *Observed) { o.Running = false }), PhaseUnavailable, "Parked", nil, false},
 		{"Ready -> Draining: nodes first", obs(func(o *Observed) {
 			o.Deleting, o.Group, o.Nodes, o.LeaseHeld, o.DataDirExists = true, GroupUp, 2, true, true
 		}), PhaseDraining, "Deleting", []Op{OpRemoveNodes}, false},
 		{"Draining: then the group", obs(func(o *Observed) { o.Deleting, o.Group, o.LeaseHeld, o.DataDirExists = true, GroupUp, true, true }), PhaseDraining, "Deleting", []Op{OpStop}, false},
-		{"Draining: then lease, DataDir, Secret, finalizer", obs(func(o *Observed) { o.Deleting, o.LeaseHeld, o.DataDirExists, o.KubeconfigSet = true, true, true, true }), PhaseDraining, "Deleting", []Op{OpReleaseLease, OpRemoveDataDir, OpDeleteKubeconfig, OpRemoveFinalizer}, false},
-		{"Draining: a failed bring-up has nothing running", obs(func(o *Observed) { o.Deleting, o.Group, o.DataDirExists = true, GroupFailed, true }), PhaseDraining, "Deleting", []Op{OpRemoveDataDir, OpRemoveFinalizer}, false},
+		{"Draining: then lease, DataDir, Secret, finalizer", obs(func(o *Observed) { o.Deleting, o.LeaseHeld, o.DataDirExists, o.KubeconfigSet = true, true, true, true }), PhaseDraining, "Deleting", []Op{OpReapSurvivors, OpReleaseLease, OpRemoveDataDir, OpDeleteKubeconfig, OpRemoveFinalizer}, false},
+		{"Draining: a failed bring-up has nothing running", obs(func(o *Observed) { o.Deleting, o.Group, o.DataDirExists = true, GroupFailed, true }), PhaseDraining, "Deleting", []Op{OpReapSurvivors, OpRemoveDataDir, OpRemoveFinalizer}, false},
 		{"deleted before the finalizer was added", obs(func(o *Observed) { o.Deleting, o.HasFinalizer = true, false }), PhaseDraining, "Deleting", nil, false},
 	} {
 		r := Reconcile(tc.o)
@@ -120,6 +120,11 @@ func checkRules(t *testing.T, o Observed, r Result) {
 	}
 	if has(OpReleaseLease) && running {
 		fail("a lease is released only after its holder is reaped (invariant 8)")
+	}
+	for _, op := range []Op{OpReleaseLease, OpRemoveDataDir} {
+		if i := slices.Index(r.Ops, op); i >= 0 && !slices.Contains(r.Ops[:i], OpReapSurvivors) {
+			fail(string(op) + " only after what an earlier run left of the group is reaped (invariant 8)")
+		}
 	}
 	if (r.Phase == PhaseReady) != (o.Group == GroupUp && o.Running && !o.Deleting && o.HasFinalizer) {
 		fail("Ready exactly when the group is up and it should be")
