@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/leftovers"
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
@@ -148,7 +149,7 @@ func up(args []string, stdout, stderr io.Writer) error {
 	c, err := p.Up(upCtx, name)
 	if err != nil && ctx.Err() != nil {
 		// Stopped mid bring-up: Spawn reaped what it had started, in reverse.
-		return confirmStopped(func() (clusterprovider.Leftovers, error) { return p.LeftoversOf(name) }, stdout, fmt.Sprintf("cluster %s stopped before it was Ready; nothing of it is running", name))
+		return confirmStopped(func() (leftovers.Leftovers, error) { return p.LeftoversOf(name) }, stdout, fmt.Sprintf("cluster %s stopped before it was Ready; nothing of it is running", name))
 	}
 	if err != nil {
 		return err

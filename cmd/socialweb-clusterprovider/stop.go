@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/leftovers"
 	"socialweb.computer/kcp/internal/rootlock"
 )
 
@@ -55,7 +55,7 @@ func lockRoot(root string) (*rootlock.Lock, error) {
 
 // confirmStopped reads the process table and the lease book and prints msg only when
 // nothing is left; otherwise what is left is the error.
-func confirmStopped(check func() (clusterprovider.Leftovers, error), out io.Writer, msg string) error {
+func confirmStopped(check func() (leftovers.Leftovers, error), out io.Writer, msg string) error {
 	left, err := check()
 	if err != nil {
 		return fmt.Errorf("checking that nothing runs: %w", err)

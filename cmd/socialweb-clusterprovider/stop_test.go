@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/leftovers"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
 )
@@ -36,19 +36,19 @@ func TestASecondSignalForces(t *testing.T) {
 	}
 }
 
-func leftoversOf(left clusterprovider.Leftovers, err error) func() (clusterprovider.Leftovers, error) {
-	return func() (clusterprovider.Leftovers, error) { return left, err }
+func leftoversOf(left leftovers.Leftovers, err error) func() (leftovers.Leftovers, error) {
+	return func() (leftovers.Leftovers, error) { return left, err }
 }
 
 // "Nothing is running" is said only when the check finds nothing; otherwise what is left
 // is the error, by pid and by port.
 func TestNothingIsRunningIsSaidOnlyWhenChecked(t *testing.T) {
 	var out bytes.Buffer
-	if err := confirmStopped(leftoversOf(clusterprovider.Leftovers{}, nil), &out, "stopped; nothing is running"); err != nil || out.String() != "stopped; nothing is running\n" {
+	if err := confirmStopped(leftoversOf(leftovers.Leftovers{}, nil), &out, "stopped; nothing is running"); err != nil || out.String() != "stopped; nothing is running\n" {
 		t.Fatalf("nothing left: %v, %q", err, out.String())
 	}
 	out.Reset()
-	left := clusterprovider.Leftovers{
+	left := leftovers.Leftovers{
 		Processes: []processrunner.Identity{{Pid: 4242, Cmdline: []string{"/bin/kine", "--endpoint=x"}}},
 		Leases:    []portallocator.Lease{{Port: 30001, Holder: "demo/kube-apiserver"}},
 	}
@@ -57,7 +57,7 @@ func TestNothingIsRunningIsSaidOnlyWhenChecked(t *testing.T) {
 		t.Fatalf("something left: %v, %q", err, out.String())
 	}
 	out.Reset()
-	if err := confirmStopped(leftoversOf(clusterprovider.Leftovers{}, errors.New("no /proc")), &out, "x"); err == nil || out.Len() != 0 {
+	if err := confirmStopped(leftoversOf(leftovers.Leftovers{}, errors.New("no /proc")), &out, "x"); err == nil || out.Len() != 0 {
 		t.Fatalf("a check that could not run: %v, %q", err, out.String())
 	}
 }

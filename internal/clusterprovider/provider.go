@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -273,9 +274,19 @@ func (p *Provider) UpFront(ctx context.Context) (*Cluster, error) {
 
 func leaseHolder(s clusterstack.Spec) string {
 	if s.Front {
-		return "socialweb:front/kube-apiserver"
+		return frontHolder
 	}
 	return s.Name + "/kube-apiserver"
+}
+
+const frontHolder = "socialweb:front/kube-apiserver"
+
+// holderDataDir is leaseHolder's inverse: the DataDir whose group holds a lease.
+func (p *Provider) holderDataDir(holder string) string {
+	if holder == frontHolder {
+		return filepath.Join(p.cfg.DataRoot, FrontName)
+	}
+	return p.DataDir(strings.TrimSuffix(holder, "/kube-apiserver"))
 }
 
 func (p *Provider) upSpec(ctx context.Context, s clusterstack.Spec) (*Cluster, error) {
