@@ -31,6 +31,7 @@ import (
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/instancesnapshot"
 	"socialweb.computer/kcp/internal/materialiser"
+	"socialweb.computer/kcp/internal/parallel"
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
@@ -231,28 +232,12 @@ func (l *Loop) stopAll() error {
 		}
 	}
 	l.mu.Unlock()
-	return eachAtMost(stopsAtOnce, running, func(c *Cluster) error {
+	return parallel.Each(stopsAtOnce, running, func(c *Cluster) error {
 		if err := c.Stop(); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
 		return nil
 	})
-}
-
-// eachAtMost runs do for every item, n at once, and joins their errors.
-func eachAtMost[T any](n int, items []T, do func(T) error) error {
-	errs := make([]error, len(items))
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	for i, it := range items {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = do(it)
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // stopsAtOnce bounds the groups a stopping provider reaps at once.
@@ -470,7 +455,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		}
 		// A few at a time, each drained, deleted and unlisted; no wait for the CCM to delete
 		// the Node, which goes with the cluster's data.
-		return eachAtMost(removeNodesAtOnce, list, func(in instancesnapshot.Instance) error {
+		return parallel.Each(removeNodesAtOnce, list, func(in instancesnapshot.Instance) error {
 			_, err := c.retireGuest(ctx, in.NodeID)
 			return err
 		})

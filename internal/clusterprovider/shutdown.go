@@ -8,6 +8,7 @@ import (
 
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/leftovers"
+	"socialweb.computer/kcp/internal/parallel"
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
@@ -57,7 +58,7 @@ func (p *Provider) ReapLeftovers() error {
 			specs = append(specs, p.tenantSpec(e.Name()))
 		}
 	}
-	err = eachAtMost(stopsAtOnce, specs, p.reapSurvivors)
+	err = parallel.Each(stopsAtOnce, specs, p.reapSurvivors)
 	for _, ls := range p.book.Leases() {
 		left, ferr := leftovers.Processes(p.holderDataDir(ls.Holder), p.RequiredBinaries())
 		if ferr == nil && len(left) == 0 {
