@@ -16,10 +16,16 @@ import (
 // stopContext is canceled by the first SIGINT or SIGTERM: the command then stops every group
 // in order. A second signal calls force once (kill -9 of every group); the orderly stop goes
 // on around it, so records are still removed and leases still released (invariant 26).
+//
+// SIGPIPE is taken too, and dropped: a provider whose output went away (its terminal closed,
+// `serve | head` ended) would otherwise die of the next line it prints, in the middle of a
+// stop, leaving its groups behind; taken, that write fails with EPIPE and the stop goes on.
 func stopContext(out io.Writer, force func() error) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	pipe := make(chan os.Signal, 1) // never read: signal.Notify drops what does not fit
+	signal.Notify(pipe, syscall.SIGPIPE)
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -37,7 +43,7 @@ func stopContext(out io.Writer, force func() error) (context.Context, func()) {
 		case <-done:
 		}
 	}()
-	return ctx, func() { signal.Stop(sigs); close(done); cancel() }
+	return ctx, func() { signal.Stop(sigs); signal.Stop(pipe); close(done); cancel() }
 }
 
 // lockRoot makes this process the one provider of root (creating root if it is new), or

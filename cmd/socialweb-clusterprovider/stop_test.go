@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,6 +34,32 @@ func TestASecondSignalForces(t *testing.T) {
 	case <-forced:
 	case <-time.After(time.Minute):
 		t.Fatal("a second signal did not force")
+	}
+}
+
+// A provider whose output went away keeps stopping: a write to a closed stdout fails with
+// EPIPE instead of killing it (Go kills a program on SIGPIPE from fd 1 or 2 unless it takes
+// the signal). Were it not taken, this test binary would die here.
+func TestAClosedStdoutDoesNotKillAStop(t *testing.T) {
+	_, stop := stopContext(&bytes.Buffer{}, func() error { return nil })
+	defer stop()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := syscall.Dup(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Dup2(saved, 1); syscall.Close(saved) }()
+	if err := syscall.Dup2(int(w.Fd()), 1); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	r.Close() // no reader: the next write to fd 1 raises SIGPIPE
+	_, err = os.Stdout.WriteString("stopping cluster x\n")
+	if !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("write to a closed stdout: %v, want EPIPE", err)
 	}
 }
 
