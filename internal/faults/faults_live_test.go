@@ -172,7 +172,8 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 			return gone
 		}
 		// The fault lasts portHold: the provider meets the taken port when it brings the
-		// group back (it waits the port out, or leases another); then it is given back.
+		// group back (the stop gave the lease back; the next Acquire skips a port it
+		// cannot bind, so the cluster comes back on another); then it is given back.
 		time.Sleep(portHold)
 		l.Close()
 		return gone
