@@ -31,6 +31,10 @@ const (
 	CloudControllerManagerUser = "socialweb:cloud-controller-manager"
 	// KwokUser simulates the guests' kubelets: Nodes' status, their Pods, their leases.
 	KwokUser = "socialweb:kwok"
+	// KubeletClientUser is the apiserver's identity towards kubelets, bound to the
+	// built-in system:kubelet-api-admin (the kubelet API: logs, exec, port-forward, stats)
+	// and to nothing in system:masters.
+	KubeletClientUser = "socialweb:apiserver-kubelet-client"
 )
 
 // EnsureCredentials mints whatever of the cluster's credentials is missing, so a restart
@@ -59,6 +63,11 @@ func EnsureCredentials(s clusterstack.Spec, sans []string) error {
 		return err
 	}
 	if err := ensureLeaf(fp, l.FrontProxyClientCert(), l.FrontProxyClientKey(), pki.Leaf{CommonName: "front-proxy-client"}); err != nil {
+		return err
+	}
+	// Minted apart from the kubeconfigs: the apiserver reads it by file, and a cluster made
+	// before it existed gets it on its next start.
+	if err := ensureLeaf(ca, l.KubeletClientCert(), l.KubeletClientKey(), pki.Leaf{CommonName: KubeletClientUser}); err != nil {
 		return err
 	}
 	if !exists(l.ServiceAccountKey()) || !exists(l.ServiceAccountPub()) {

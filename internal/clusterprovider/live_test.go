@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/internal/clusterstack"
@@ -99,6 +100,17 @@ func up(t *testing.T, p *Provider, name string) *Cluster {
 	return c
 }
 
+// clientWithCert is a client of c's apiserver that authenticates with a certificate file
+// (an identity that has no kubeconfig of its own).
+func clientWithCert(t *testing.T, c *Cluster, cert, key string) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: c.Spec.URL(), TLSClientConfig: rest.TLSClientConfig{CAFile: c.Spec.Layout().CACert(), CertFile: cert, KeyFile: key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -146,6 +158,18 @@ func TestTheControlPlaneReachesReadyAtZeroNodes(t *testing.T) {
 	if who.Status.UserInfo.Username != TenantAdminUser || slices.Contains(who.Status.UserInfo.Groups, "system:masters") {
 		t.Fatalf("tenant authenticates as %+v", who.Status.UserInfo)
 	}
+
+	// The apiserver's kubelet-client identity may use the kubelet API (logs, exec,
+	// port-forward go through nodes/proxy) and nothing else.
+	kubeletClient := clientWithCert(t, c, c.Spec.Layout().KubeletClientCert(), c.Spec.Layout().KubeletClientKey())
+	assertAccess(t, kubeletClient, "the apiserver's kubelet client", []access{
+		{authzv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "proxy"}, true},
+		{authzv1.ResourceAttributes{Verb: "create", Resource: "nodes", Subresource: "proxy"}, true},
+		{authzv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "log"}, true},
+		{authzv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "default"}, false},
+		{authzv1.ResourceAttributes{Verb: "delete", Resource: "nodes"}, false},
+		{authzv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "default"}, false},
+	})
 
 	// Secrets are encrypted at rest: the value never reaches Postgres in clear.
 	_, err = tenant.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{

@@ -2,7 +2,10 @@ package clusterprovider
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -232,6 +235,19 @@ func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {
 		}
 		return nil
 	})
+	// The apiserver's client towards kubelets: signed by the cluster CA, for client auth,
+	// and in no group (system:masters least of all): RBAC alone grants it the kubelet API.
+	ca, err := x509Cert(s.Layout().CACert())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := x509Cert(s.Layout().KubeletClientCert())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kc.Subject.CommonName != KubeletClientUser || len(kc.Subject.Organization) != 0 || kc.CheckSignatureFrom(ca) != nil || !slices.Contains(kc.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		t.Fatalf("kubelet client certificate: CN %q, O %v, usages %v, signed by the CA: %v", kc.Subject.CommonName, kc.Subject.Organization, kc.ExtKeyUsage, kc.CheckSignatureFrom(ca))
+	}
 	os.Remove(s.Layout().CAKey())
 	if err := EnsureCredentials(s, nil); err == nil {
 		t.Fatal("a CA with its key missing was silently re-minted")
@@ -243,7 +259,7 @@ func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {
 func secretsOf(t *testing.T, l clusterstack.Layout) []string {
 	t.Helper()
 	var out []string
-	for _, p := range []string{l.CAKey(), l.FrontProxyCAKey(), l.APIServerKey(), l.FrontProxyClientKey(), l.ServiceAccountKey(), l.PostgresSuperuserPassword()} {
+	for _, p := range []string{l.CAKey(), l.FrontProxyCAKey(), l.APIServerKey(), l.FrontProxyClientKey(), l.KubeletClientKey(), l.ServiceAccountKey(), l.PostgresSuperuserPassword()} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
@@ -296,4 +312,16 @@ func TestNoBuilderPutsASecretOnArgv(t *testing.T) {
 			}
 		}
 	}
+}
+
+func x509Cert(path string) (*x509.Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("%s: no PEM block", path)
+	}
+	return x509.ParseCertificate(block.Bytes)
 }

@@ -24,6 +24,17 @@ func bootstrapTenantRBAC(client kubernetes.Interface) procgroup.Gate {
 	})
 }
 
+// bootstrapKubeletClientRBAC lets the apiserver's kubelet-client identity use the kubelet
+// API, through the role Kubernetes keeps for exactly that, so kubectl logs, exec and
+// port-forward reach a guest whose kubelet authorizes by webhook.
+func bootstrapKubeletClientRBAC(client kubernetes.Interface) procgroup.Gate {
+	return applyRBAC(client, "let the apiserver reach its kubelets", nil, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: KubeletClientUser, Labels: managedBy},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: KubeletClientUser}},
+	})
+}
+
 // CloudControllerManagerRules are all the CCM may do: the cloud-node controller reads,
 // updates and patches Nodes and their status, the lifecycle controller deletes Nodes whose
 // guest is gone, and both record Events. No Secrets, no Pods, no Leases (it elects no

@@ -30,8 +30,15 @@ func (s Spec) APIServerArgv() []string {
 		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
 		"proxy-client-cert-file":             l.FrontProxyClientCert(),
 		"proxy-client-key-file":              l.FrontProxyClientKey(),
-		"allow-privileged":                   "true",
-		"profiling":                          "false",
+		// The apiserver's own client identity towards kubelets (logs, exec, port-forward):
+		// a kubelet with anonymous auth off and webhook authorization asks this apiserver
+		// whether that identity may, and RBAC says yes through system:kubelet-api-admin.
+		"kubelet-client-certificate": l.KubeletClientCert(),
+		"kubelet-client-key":         l.KubeletClientKey(),
+		// A guest's name resolves nowhere on this host; the address our CCM sets does.
+		"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+		"allow-privileged":                "true",
+		"profiling":                       "false",
 		// The "kubernetes" Service's endpoints would have to name a non-loopback address;
 		// tenants reach the apiserver through their kubeconfig, not the Service.
 		"endpoint-reconciler-type": "none",

@@ -53,6 +53,8 @@ func (l Layout) FrontProxyCAKey() string      { return l.path("pki", "front-prox
 func (l Layout) FrontProxyClientCert() string { return l.path("pki", "front-proxy-client.crt") }
 func (l Layout) FrontProxyClientKey() string  { return l.path("pki", "front-proxy-client.key") }
 func (l Layout) ServiceAccountKey() string    { return l.path("pki", "sa.key") }
+func (l Layout) KubeletClientCert() string    { return l.path("pki", "apiserver-kubelet-client.crt") }
+func (l Layout) KubeletClientKey() string     { return l.path("pki", "apiserver-kubelet-client.key") }
 func (l Layout) ServiceAccountPub() string    { return l.path("pki", "sa.pub") }
 
 // Kubeconfigs. admin.kubeconfig is the provider's own (system:masters); nothing else reads it.
