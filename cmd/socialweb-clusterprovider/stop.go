@@ -13,17 +13,19 @@ import (
 	"socialweb.computer/kcp/internal/rootlock"
 )
 
-// stopContext is canceled by the first SIGINT or SIGTERM: the command then stops every group
+// stopContext is canceled by the first SIGINT, SIGTERM or SIGHUP (its terminal went away; by
+// default a Go program dies of it, leaving its groups): the command then stops every group
 // in order. A second signal calls force once (kill -9 of every group); the orderly stop goes
 // on around it, so records are still removed and leases still released (invariant 26).
 //
-// SIGPIPE is taken too, and dropped: a provider whose output went away (its terminal closed,
-// `serve | head` ended) would otherwise die of the next line it prints, in the middle of a
-// stop, leaving its groups behind; taken, that write fails with EPIPE and the stop goes on.
+// SIGPIPE is taken too, and dropped: a provider whose output pipe went away (`serve | head`
+// ended, a log shipper died) would otherwise die of the next line it prints, in the middle
+// of a stop, leaving its groups behind; taken, that write fails with EPIPE and the stop
+// goes on.
 func stopContext(out io.Writer, force func() error) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	pipe := make(chan os.Signal, 1) // never read: signal.Notify drops what does not fit
 	signal.Notify(pipe, syscall.SIGPIPE)
 	done := make(chan struct{})

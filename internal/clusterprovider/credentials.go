@@ -65,10 +65,13 @@ func EnsureCredentials(s clusterstack.Spec, sans []string) error {
 	if err := ensureLeaf(fp, l.FrontProxyClientCert(), l.FrontProxyClientKey(), pki.Leaf{CommonName: "front-proxy-client"}); err != nil {
 		return err
 	}
-	// Minted apart from the kubeconfigs: the apiserver reads it by file, and a cluster made
-	// before it existed gets it on its next start.
-	if err := ensureLeaf(ca, l.KubeletClientCert(), l.KubeletClientKey(), pki.Leaf{CommonName: KubeletClientUser}); err != nil {
-		return err
+	// Minted apart from the kubeconfigs (the apiserver reads it by file), for tenants only:
+	// the front has no kubelets. A DataDir older than this certificate gets it on its next
+	// start.
+	if !s.Front {
+		if err := ensureLeaf(ca, l.KubeletClientCert(), l.KubeletClientKey(), pki.Leaf{CommonName: KubeletClientUser}); err != nil {
+			return err
+		}
 	}
 	if !exists(l.ServiceAccountKey()) || !exists(l.ServiceAccountPub()) {
 		priv, pub, err := pki.NewKeyPair()

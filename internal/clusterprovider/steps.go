@@ -90,7 +90,10 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		step := procgroup.Step{Name: c, Spec: sp}
 		switch c {
 		case procgroup.ComponentAPIServer:
-			step.Ready = all(waitReadyz(in.Admin), bootstrapTenantRBAC(in.Admin), bootstrapKubeletClientRBAC(in.Admin))
+			step.Ready = all(waitReadyz(in.Admin), bootstrapTenantRBAC(in.Admin))
+			if !s.Front {
+				step.Ready = all(step.Ready, bootstrapKubeletClientRBAC(in.Admin))
+			}
 			step.ReadyTimeout = apiserverReady
 		case procgroup.ComponentControllerManager:
 			step.Ready = waitControllers(in.Admin)

@@ -57,6 +57,29 @@ func TestOnlyTheAPIServerHoldsATCPPort(t *testing.T) {
 	}
 }
 
+// A tenant's apiserver dials its kubelets by InternalIP (a guest's name resolves nowhere
+// here) with its own client certificate from the DataDir; the front, with no kubelets, has
+// neither.
+func TestTheAPIServerReachesKubeletsByAddressWithItsOwnCertificate(t *testing.T) {
+	s := spec()
+	api := s.APIServerArgv()
+	for name, want := range map[string]string{
+		"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+		"kubelet-client-certificate":      s.Layout().KubeletClientCert(),
+		"kubelet-client-key":              s.Layout().KubeletClientKey(),
+	} {
+		if got, _ := flag(api, name); got != want {
+			t.Errorf("apiserver --%s=%q, want %q", name, got, want)
+		}
+	}
+	front := Spec{Name: "front", DataDir: "/var/lib/socialweb-kcp/front", BinDir: "/opt/bin", APIServerPort: 30000, Front: true}
+	for _, a := range front.APIServerArgv() {
+		if strings.HasPrefix(a, "--kubelet-") {
+			t.Errorf("the front's apiserver has %s; it has no kubelets", a)
+		}
+	}
+}
+
 func TestArgvIsDeterministic(t *testing.T) {
 	a, b := spec().APIServerArgv(), spec().APIServerArgv()
 	if !slices.Equal(a, b) {

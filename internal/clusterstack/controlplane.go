@@ -6,7 +6,7 @@ import "strconv"
 // storing in kine over its unix socket.
 func (s Spec) APIServerArgv() []string {
 	l := s.Layout()
-	return append([]string{s.Bin("kube-apiserver")}, flags(map[string]string{
+	f := map[string]string{
 		"etcd-servers":                       "unix://" + l.KineSocket(),
 		"storage-backend":                    "etcd3",
 		"bind-address":                       "127.0.0.1",
@@ -30,19 +30,22 @@ func (s Spec) APIServerArgv() []string {
 		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
 		"proxy-client-cert-file":             l.FrontProxyClientCert(),
 		"proxy-client-key-file":              l.FrontProxyClientKey(),
-		// The apiserver's own client identity towards kubelets (logs, exec, port-forward):
-		// a kubelet with anonymous auth off and webhook authorization asks this apiserver
-		// whether that identity may, and RBAC says yes through system:kubelet-api-admin.
-		"kubelet-client-certificate": l.KubeletClientCert(),
-		"kubelet-client-key":         l.KubeletClientKey(),
-		// A guest's name resolves nowhere on this host; the address our CCM sets does.
-		"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
-		"allow-privileged":                "true",
-		"profiling":                       "false",
+		"allow-privileged":                   "true",
+		"profiling":                          "false",
 		// The "kubernetes" Service's endpoints would have to name a non-loopback address;
 		// tenants reach the apiserver through their kubeconfig, not the Service.
 		"endpoint-reconciler-type": "none",
-	})...)
+	}
+	if !s.Front {
+		// The apiserver's own client identity towards kubelets (logs, exec, port-forward):
+		// a kubelet with anonymous auth off and webhook authorization asks this apiserver
+		// whether that identity may, and RBAC says yes through system:kubelet-api-admin.
+		f["kubelet-client-certificate"] = l.KubeletClientCert()
+		f["kubelet-client-key"] = l.KubeletClientKey()
+		// A guest's name resolves nowhere on this host; the address our CCM sets does.
+		f["kubelet-preferred-address-types"] = "InternalIP,ExternalIP,Hostname"
+	}
+	return append([]string{s.Bin("kube-apiserver")}, flags(f)...)
 }
 
 // ControllerManagerArgv listens on nothing (--secure-port=0) and signs with the cluster CA.

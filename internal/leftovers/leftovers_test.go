@@ -16,11 +16,12 @@ func TestFindSeesWhatIsLeftAndKillEndsIt(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "a")
 	start := func(marker string) *processrunner.Process {
-		r, err := processrunner.Start(processrunner.Spec{Argv: []string{"/bin/sh", "-c", "sleep 300", marker}})
+		r, err := processrunner.Start(processrunner.Spec{Argv: []string{"/bin/sh", "-c", "sleep 300; :", marker}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { r.Stop(time.Second) })
+		// "; :" keeps the shell (a bash as sh would exec a lone command, dropping the marker).
 		return r
 	}
 	ours := start(filepath.Join(dir, "data"))

@@ -14,7 +14,7 @@ import (
 // package uses, so that two packages may run at once (go test's default -p) without one
 // provider binding a port another one leased: cmd/socialweb-clusterprovider 33000-33499,
 // internal/faults 33500-33599, internal/clusterprovider 31000-31999 and 34000-34099,
-// cmd/socialweb-kcp 35400-35499, internal/leftovers 36100-36199 (leased, never bound); a
+// cmd/socialweb-kcp 35400-35499, internal/leftovers 36100-36199 (leased, probed by a momentary bind); a
 // long fault run by hand, 34500-34599.
 
 // Required reports whether live tests must run (CI sets SOCIALWEB_REQUIRE_LIVE=1).

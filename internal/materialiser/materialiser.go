@@ -140,8 +140,9 @@ func teardown(o Observed) Result {
 		r.Ready.Message = "stopping the process group"
 		return r
 	}
-	// No group of this run holds the cluster now, but a run killed mid-teardown may have
-	// left part of one: reaped once, before the lease or the data go (invariant 8).
+	// No group of this run runs now (a failed one was reaped, or should have been), but a
+	// run killed mid-teardown may have left part of one: reaped before the lease or the
+	// data go, on every pass until they have (invariant 8).
 	if o.LeaseHeld || o.DataDirExists {
 		r.Ops = append(r.Ops, OpReapSurvivors)
 	}

@@ -8,8 +8,8 @@ import (
 	"sync"
 )
 
-// Each runs do for every item, at most n at once, waits for all of them and joins their
-// errors; one failure does not stop the others.
+// Each runs do for every item, at most n at once (n below 1 counts as 1), waits for all of
+// them and joins their errors; one failure does not stop the others.
 func Each[T any](n int, items []T, do func(T) error) error {
 	errs := make([]error, len(items))
 	sem := make(chan struct{}, max(n, 1))

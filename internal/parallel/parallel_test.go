@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Every item is done, never more than n at once, and every error comes back.
@@ -17,8 +18,8 @@ func TestEachBoundsAndJoins(t *testing.T) {
 	var running, most atomic.Int32
 	var mu sync.Mutex
 	seen := map[int]bool{}
-	// Each waits for the first n to be running together before any ends, so the bound is
-	// reached, not merely not exceeded by luck.
+	// Every do waits until n run together before it ends, so the bound is reached, not
+	// merely not exceeded by luck; a bound never reached fails at the deadline.
 	const n = 3
 	gate := make(chan struct{})
 	var once sync.Once
@@ -33,7 +34,11 @@ func TestEachBoundsAndJoins(t *testing.T) {
 		if r == n {
 			once.Do(func() { close(gate) })
 		}
-		<-gate
+		select {
+		case <-gate:
+		case <-time.After(time.Minute):
+			return fmt.Errorf("item %d: %d never ran at once", i, n)
+		}
 		mu.Lock()
 		seen[i] = true
 		mu.Unlock()
