@@ -131,9 +131,15 @@ func TestTheFourStepProofWithTheCCM(t *testing.T) {
 	if n1.Labels[contract.PodsPerNodeLabel] != "16" {
 		t.Errorf("pods-per-node label %q, want 16", n1.Labels[contract.PodsPerNodeLabel])
 	}
-	if !slices.Contains(n1.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.200.0.1"}) {
-		t.Errorf("addresses %v: want the snapshot's InternalIP", n1.Status.Addresses)
-	}
+	// The CCM updates the Node (taint off) first and patches its status addresses after
+	// (k8s.io/cloud-provider's syncNode), so the address may trail "initialized": wait.
+	eventually(t, time.Minute, "node "+g1.Name+" has the snapshot's InternalIP", func() (bool, string) {
+		n, err := getNode(tenant, g1.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.200.0.1"}), fmt.Sprintf("addresses %v", n.Status.Addresses)
+	})
 
 	t.Run("its credential patches Nodes and reads no Secret", func(t *testing.T) {
 		assertAccess(t, clientFor(t, c.Spec.Layout().CloudControllerManagerKubeconfig()), "the CCM", []access{

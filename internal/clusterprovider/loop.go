@@ -298,7 +298,15 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		l.writeStatus(ctx, &cl, st, o.Nodes, r, nil)
 	}
 	for _, op := range r.Ops {
-		if err := l.perform(ctx, op, &cl, st); err != nil {
+		err := l.perform(ctx, op, &cl, st)
+		if errors.Is(err, errBringUpUnderWay) {
+			// Not a failure and nothing to poll: the bring-up enqueues this key when it
+			// ends, and the stop goes then. (Returned as an error, it was retried at every
+			// status event of the bring-up, each pass a status write and a log line.)
+			log.Debug("waiting for the bring-up under way before stopping", "op", string(op))
+			return 0, nil
+		}
+		if err != nil {
 			logFailure(log, "operation failed", op, err)
 			l.writeStatus(ctx, &cl, st, o.Nodes, r, fmt.Errorf("%s: %w", op, err))
 			return 0, err
@@ -533,8 +541,8 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 }
 
 // logFailure logs a failed operation: at ERROR, unless it is an expected condition that
-// the next pass retries by design (a conflict on an optimistic-concurrency write, a stop
-// waiting for its bring-up, a stopping provider), which is news, not a fault.
+// the next pass retries by design (a conflict on an optimistic-concurrency write, a
+// stopping provider), which is news, not a fault.
 func logFailure[O ~string](log *slog.Logger, msg string, op O, err error) {
 	if expected(err) {
 		log.Info(msg+"; retrying", "op", string(op), "err", err)
@@ -544,13 +552,14 @@ func logFailure[O ~string](log *slog.Logger, msg string, op O, err error) {
 }
 
 func expected(err error) bool {
-	return apierrors.IsConflict(err) || errors.Is(err, errBringUpUnderWay) || errors.Is(err, context.Canceled)
+	return apierrors.IsConflict(err) || errors.Is(err, context.Canceled)
 }
 
 // removeNodesAtOnce bounds the guests a teardown removes at once.
 const removeNodesAtOnce = 8
 
-// errBringUpUnderWay: a stop must wait for the bring-up that is running to end.
+// errBringUpUnderWay: a stop must wait for the bring-up that is running to end; the
+// reconcile ends there, and the bring-up's end enqueues the key again.
 var errBringUpUnderWay = errors.New("a bring-up is under way; stopping once it ends")
 
 // bringUpDeadline parks a bring-up that has not passed every gate by then as failed.
