@@ -151,18 +151,29 @@ func TestFindByMarkerMatchesOnlyOurPrograms(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer byEnv.Stop(time.Second)
-	ids, err := FindByMarker(marker, []string{"/bin/sh"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, id := range ids {
-		pids = append(pids, id.Pid)
-	}
-	slices.Sort(pids)
 	want := []int{ours.Pid(), byEnv.Pid()}
 	slices.Sort(want)
-	if !slices.Equal(pids, want) {
-		t.Fatalf("found pids %v, want %v (ours by argv and by environment, not the foreign program)", pids, want)
+	// byEnv's shell forks its sleep: until that child has exec'd it is /bin/sh with the
+	// marker in its environment, rightly found. Wait for it to become sleep; a foreign
+	// program that matched would stay found until the deadline.
+	var pids []int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ids, err := FindByMarker(marker, []string{"/bin/sh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = pids[:0]
+		for _, id := range ids {
+			pids = append(pids, id.Pid)
+		}
+		slices.Sort(pids)
+		if slices.Equal(pids, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("found pids %v, want %v (ours by argv and by environment, not the foreign program)", pids, want)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
