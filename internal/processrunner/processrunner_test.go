@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"socialweb.computer/kcp/internal/livetest"
 )
 
 // syncBuffer is an io.Writer safe for the runner's copy goroutine and the test.
@@ -156,24 +158,16 @@ func TestFindByMarkerMatchesOnlyOurPrograms(t *testing.T) {
 	// byEnv's shell forks its sleep: until that child has exec'd it is /bin/sh with the
 	// marker in its environment, rightly found. Wait for it to become sleep; a foreign
 	// program that matched would stay found until the deadline.
-	var pids []int
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	livetest.Eventually(t, 10*time.Second, "only ours found by the marker (by argv and by environment, not the foreign program)", func() (bool, string) {
 		ids, err := FindByMarker(marker, []string{"/bin/sh"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pids = pids[:0]
+		var pids []int
 		for _, id := range ids {
 			pids = append(pids, id.Pid)
 		}
 		slices.Sort(pids)
-		if slices.Equal(pids, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("found pids %v, want %v (ours by argv and by environment, not the foreign program)", pids, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return slices.Equal(pids, want), fmt.Sprintf("pids %v, want %v", pids, want)
+	})
 }
