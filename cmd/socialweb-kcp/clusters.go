@@ -234,8 +234,8 @@ func lsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == outYAML || output == outJSON {
-				return printObject(cmd.OutOrStdout(), string(output), list(cls))
+			if done, err := printStructured(cmd.OutOrStdout(), output, "cluster", clusterNames(cls...), list(cls)); done {
+				return err
 			}
 			if len(cls) == 0 && output == outTable {
 				fmt.Fprintf(cmd.ErrOrStderr(), "no clusters in namespace %s\n", f.ns)
@@ -265,8 +265,8 @@ func statusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == outYAML || output == outJSON {
-				return printObject(stdout, string(output), c)
+			if done, err := printStructured(stdout, output, "cluster", clusterNames(c), c); done {
+				return err
 			}
 			ns, err := f.nodes(ctx, c.Name)
 			if err != nil {

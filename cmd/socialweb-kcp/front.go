@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -70,7 +71,7 @@ func (f *front) explain(err error, kind, name string) error {
 		return explained{fmt.Sprintf("%s %s not found in namespace %s (socialweb-kcp ls -A lists every cluster)", kind, name, f.ns), err}
 	case apierrors.IsNotFound(err):
 		return explained{fmt.Sprintf("the front at %s does not serve %ss: is it the provider's front? (%v)", f.host, kind, err), err}
-	case strings.Contains(err.Error(), "connection refused"):
+	case utilnet.IsConnectionRefused(err):
 		return explained{fmt.Sprintf("the front at %s does not answer: is the provider running (make run, or socialweb-clusterprovider serve)? (%v)", f.host, err), err}
 	}
 	return err // the front's own message (Invalid names the field)

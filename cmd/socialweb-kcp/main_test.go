@@ -25,7 +25,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 	}{
 		{[]string{"up"}, exitUsage, "want NAME"},
 		{[]string{"up", "a", "b"}, exitUsage, "want NAME"},
-		{[]string{"ls", "-o", "xml"}, exitUsage, `invalid argument "xml" for "-o, --output" flag: want wide, yaml or json`},
+		{[]string{"ls", "-o", "xml"}, exitUsage, `invalid argument "xml" for "-o, --output" flag: want name, wide, yaml or json`},
 		{[]string{"nodes", "add", "demo", "zero"}, exitUsage, `COUNT "zero"`},
 		{[]string{"up", "demo", "--nodes", "-1"}, exitUsage, "--nodes -1"},
 		{[]string{"up", "demo", "--timeout", "soon"}, exitUsage, "--timeout"},
@@ -81,9 +81,27 @@ func TestClusterTable(t *testing.T) {
 	}
 }
 
+// -o name prints kubectl's resource.group/name, one per line; a table format is left to
+// the caller.
+func TestPrintStructuredName(t *testing.T) {
+	var b bytes.Buffer
+	cls := []v1alpha1.Cluster{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, {ObjectMeta: metav1.ObjectMeta{Name: "b"}}}
+	if done, err := printStructured(&b, outName, "cluster", clusterNames(cls...), list(cls)); !done || err != nil {
+		t.Fatalf("done %v err %v", done, err)
+	}
+	if want := "cluster.socialweb.computer/a\ncluster.socialweb.computer/b\n"; b.String() != want {
+		t.Errorf("-o name: %q; want %q", b.String(), want)
+	}
+	if done, _ := printStructured(&b, outWide, "cluster", nil, nil); done {
+		t.Error("-o wide is a table: not printStructured's")
+	}
+}
+
 func TestAge(t *testing.T) {
+	// kubectl's own column: hours keep their minutes, days their hours, and years exist.
 	for d, want := range map[time.Duration]string{-time.Second: "0s", 45 * time.Second: "45s", 119 * time.Second: "119s",
-		3*time.Minute + 12*time.Second: "3m12s", 42 * time.Minute: "42m", 5 * time.Hour: "5h", 72 * time.Hour: "3d"} {
+		3*time.Minute + 12*time.Second: "3m12s", 42 * time.Minute: "42m", 5*time.Hour + 30*time.Minute: "5h30m",
+		77 * time.Hour: "3d5h", 3 * 365 * 24 * time.Hour: "3y", 400 * 24 * time.Hour: "400d"} {
 		if got := Age(d); got != want {
 			t.Errorf("Age(%s) = %s; want %s", d, got, want)
 		}

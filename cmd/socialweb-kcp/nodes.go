@@ -81,8 +81,8 @@ func nodesCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == outYAML || output == outJSON {
-				return printObject(cmd.OutOrStdout(), string(output), list(ns))
+			if done, err := printStructured(cmd.OutOrStdout(), output, "node", nodeNames(ns), list(ns)); done {
+				return err
 			}
 			if len(ns) == 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "cluster %s has no nodes (socialweb-kcp nodes add %s)\n", a[0], a[0])

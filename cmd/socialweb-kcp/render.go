@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
 	"socialweb.computer/kcp/api/v1alpha1"
@@ -22,24 +23,60 @@ const (
 	outWide  = "wide"
 	outYAML  = "yaml"
 	outJSON  = "json"
+	outName  = "name"
 )
 
 // outputFormat is -o's value, checked when the flag is parsed.
 type outputFormat string
 
 func (o *outputFormat) String() string { return string(*o) }
-func (o *outputFormat) Type() string   { return "wide|yaml|json" }
+func (o *outputFormat) Type() string   { return "name|wide|yaml|json" }
 func (o *outputFormat) Set(v string) error {
 	switch v {
-	case outTable, outWide, outYAML, outJSON:
+	case outTable, outWide, outYAML, outJSON, outName:
 		*o = outputFormat(v)
 		return nil
 	}
-	return fmt.Errorf("want wide, yaml or json")
+	return fmt.Errorf("want name, wide, yaml or json")
 }
 
 func addOutputFlag(cmd *cobra.Command, o *outputFormat) {
-	cmd.Flags().VarP(o, "output", "o", "wide, yaml or json")
+	cmd.Flags().VarP(o, "output", "o", "name, wide, yaml or json")
+}
+
+// printStructured prints v as -o yaml, json or name asks, and says whether it did (false:
+// output is a table, the caller's to print). names are the objects' names and resource
+// their plural-less resource name (cluster, node), for kubectl's -o name:
+// cluster.socialweb.computer/demo.
+func printStructured(w io.Writer, output outputFormat, resource string, names []string, v any) (bool, error) {
+	switch output {
+	case outYAML, outJSON:
+		return true, printObject(w, string(output), v)
+	case outName:
+		for _, n := range names {
+			if _, err := fmt.Fprintf(w, "%s.%s/%s\n", resource, v1alpha1.Group, n); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+func clusterNames(cls ...v1alpha1.Cluster) []string {
+	out := make([]string, len(cls))
+	for i := range cls {
+		out[i] = cls[i].Name
+	}
+	return out
+}
+
+func nodeNames(ns []v1alpha1.Node) []string {
+	out := make([]string, len(ns))
+	for i := range ns {
+		out[i] = ns[i].Name
+	}
+	return out
 }
 
 // clusterTable is ls's table: NAME PHASE NODES AGE URL, and with wide the namespace,
@@ -102,21 +139,13 @@ func list[T any](items []T) map[string]any {
 	return map[string]any{"apiVersion": "v1", "kind": "List", "items": items}
 }
 
-// Age is kubectl's short age: 45s, 3m12s, 5h, 2d.
+// Age is kubectl's AGE column (apimachinery's HumanDuration, which kubectl uses): 45s,
+// 3m12s, 5h30m, 3d5h, 2y40d.
 func Age(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < 2*time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < 10*time.Minute:
-		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 3*time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
+	if d < 0 {
+		d = 0
 	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
+	return duration.HumanDuration(d)
 }
 
 func orDash(s string) string {
