@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"socialweb.computer/kcp/internal/clusterstack"
@@ -135,5 +138,26 @@ func TestK3sBinary(t *testing.T) {
 	t.Chdir(dir)
 	if got, err := k3sBinary("k3s"); err != nil || got != filepath.Join(dir, "k3s") {
 		t.Fatalf("k3sBinary(relative) = %q, %v; want %s", got, err, filepath.Join(dir, "k3s"))
+	}
+}
+
+// /readyz follows the loop: 503 until it serves and once it stops; /healthz is 200 throughout.
+func TestHealthEndpoints(t *testing.T) {
+	var serving atomic.Bool
+	mux := http.NewServeMux()
+	addHealth(mux, serving.Load)
+	code := func(path string) int {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		return rec.Code
+	}
+	for _, tc := range []struct {
+		serving        bool
+		healthz, ready int
+	}{{false, 200, 503}, {true, 200, 200}, {false, 200, 503}} {
+		serving.Store(tc.serving)
+		if h, r := code("/healthz"), code("/readyz"); h != tc.healthz || r != tc.ready {
+			t.Errorf("serving %v: /healthz %d /readyz %d; want %d %d", tc.serving, h, r, tc.healthz, tc.ready)
+		}
 	}
 }

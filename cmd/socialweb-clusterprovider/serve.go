@@ -31,7 +31,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	pf := addProviderFlags(fs)
 	frontKubeconfig := fs.String("front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
 	maxBringUps := fs.Int("max-bring-ups", 2, "bring-ups run at once")
-	metricsAddr := fs.String("metrics-address", "127.0.0.1:9464", "where /metrics listens (host:port; port 0 picks one)")
+	metricsAddr := fs.String("metrics-address", "127.0.0.1:9464", "where /metrics, /healthz and /readyz listen (host:port; port 0 picks one)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -105,6 +105,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	addHealth(mux, loop.Serving)
 	msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go msrv.Serve(ml)
 	defer msrv.Close()
@@ -144,4 +145,18 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		err = confirmStopped(p.Leftovers, stdout, "stopped; nothing is running")
 	}
 	return errors.Join(died, err)
+}
+
+// addHealth serves the provider's own health, as Kubernetes components answer theirs:
+// /healthz is 200 while the process serves HTTP; /readyz is 200 while serving() (the loop
+// serves the front: not before its informers synced, not once the stop began), else 503.
+func addHealth(mux *http.ServeMux, serving func() bool) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !serving() {
+			http.Error(w, "the reconcile loop is not serving the front", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 }

@@ -39,9 +39,21 @@ func TestServeWithItsOwnFront(t *testing.T) {
 	}
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	for _, want := range []string{`socialweb_clusters{phase="Ready"} 1`, "socialweb_cluster_bringup_seconds_count 1", `socialweb_cluster_nodes{cluster="default/web"} 0`} {
+	for _, want := range []string{`socialweb_clusters{phase="Ready"} 1`, "socialweb_cluster_bringup_seconds_count 1", `socialweb_cluster_nodes{cluster="default/web"} 0`,
+		`socialweb_cluster_phase{cluster="default/web",phase="Ready"} 1`, "go_goroutines ", "process_resident_memory_bytes "} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		u := strings.TrimSuffix(metricsURL, "/metrics") + path
+		res, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("%s: %s; want 200 while the loop serves", u, res.Status)
 		}
 	}
 	kc := filepath.Join(t.TempDir(), "web.kubeconfig")

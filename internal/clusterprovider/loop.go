@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,9 +75,16 @@ type Loop struct {
 	runCtx   context.Context
 	bringUps sync.WaitGroup
 
+	// serving is true from the informers' sync until the stop begins: /readyz.
+	serving atomic.Bool
+
 	mu    sync.Mutex
 	state map[string]*runState // by namespace/name
 }
+
+// Serving says whether the loop is serving: its informers have synced with the front and
+// it is not stopping. It is the provider's readiness (serve's /readyz).
+func (l *Loop) Serving() bool { return l.serving.Load() }
 
 // runState is what this provider knows of one cluster's processes.
 type runState struct {
@@ -148,6 +156,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		return errors.New("front: the Cluster and Node informers did not sync")
 	}
+	l.serving.Store(true)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -162,6 +171,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		})
 	}
 	<-ctx.Done()
+	l.serving.Store(false)
 	l.queue.ShutDown()
 	l.nodeQueue.ShutDown()
 	wg.Wait()

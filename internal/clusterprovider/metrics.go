@@ -2,15 +2,18 @@ package clusterprovider
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"socialweb.computer/kcp/internal/materialiser"
 )
 
 // Metrics are the service's Prometheus metrics, on a registry of their own (no package
-// globals: one process may run more than one loop in tests).
+// globals: one process may run more than one loop in tests), with the Go and process
+// collectors the standard dashboards read (go_goroutines, process_resident_memory_bytes).
 type Metrics struct {
 	Registry  *prometheus.Registry
 	phases    *prometheus.GaugeVec
+	phase     *prometheus.GaugeVec // per cluster, one series per phase, 1 on the current one
 	bringUp   prometheus.Histogram
 	teardown  prometheus.Histogram
 	restarts  *prometheus.CounterVec
@@ -25,6 +28,8 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		phases: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "socialweb_clusters",
 			Help: "Clusters this provider materialises, by phase."}, []string{"phase"}),
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "socialweb_cluster_phase",
+			Help: "Each cluster's phase: 1 on the phase it is in, 0 on the others (as kube-state-metrics' kube_pod_status_phase)."}, []string{"cluster", "phase"}),
 		bringUp: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "socialweb_cluster_bringup_seconds",
 			Help: "Time from a bring-up's start to every gate passed.", Buckets: buckets}),
 		teardown: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "socialweb_cluster_teardown_seconds",
@@ -35,26 +40,41 @@ func NewMetrics() *Metrics {
 			Help: "Guests listed in each cluster's nodes.json."}, []string{"cluster"}),
 		byCluster: map[string]materialiser.Phase{},
 	}
-	m.Registry.MustRegister(m.phases, m.bringUp, m.teardown, m.restarts, m.nodes)
-	for _, p := range []materialiser.Phase{materialiser.PhaseInitializing, materialiser.PhaseReady, materialiser.PhaseUnavailable, materialiser.PhaseDraining} {
+	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.restarts, m.nodes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, p := range phases {
 		m.phases.WithLabelValues(string(p)).Set(0)
 	}
 	return m
 }
+
+// phases are the phases a materialised cluster can be in, each a series of the gauges.
+var phases = []materialiser.Phase{materialiser.PhaseInitializing, materialiser.PhaseReady, materialiser.PhaseUnavailable, materialiser.PhaseDraining}
 
 // setPhase records key's phase ("" when the Cluster is gone) and recounts.
 func (m *Metrics) setPhase(key string, p materialiser.Phase) {
 	if p == "" {
 		delete(m.byCluster, key)
 		m.nodes.DeleteLabelValues(key)
+		m.phase.DeletePartialMatch(prometheus.Labels{"cluster": key})
 	} else {
 		m.byCluster[key] = p
+		for _, ph := range phases {
+			m.phase.WithLabelValues(key, string(ph)).Set(oneIf(ph == p))
+		}
 	}
-	counts := map[materialiser.Phase]float64{materialiser.PhaseInitializing: 0, materialiser.PhaseReady: 0, materialiser.PhaseUnavailable: 0, materialiser.PhaseDraining: 0}
+	counts := map[materialiser.Phase]float64{}
 	for _, ph := range m.byCluster {
 		counts[ph]++
 	}
-	for ph, n := range counts {
-		m.phases.WithLabelValues(string(ph)).Set(n)
+	for _, ph := range phases {
+		m.phases.WithLabelValues(string(ph)).Set(counts[ph])
 	}
+}
+
+func oneIf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

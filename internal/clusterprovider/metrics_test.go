@@ -27,4 +27,37 @@ socialweb_clusters{phase="Unavailable"} 1
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "socialweb_clusters"); err != nil {
 		t.Fatal(err)
 	}
+	// Per cluster: 1 on its phase, 0 on the others; a cluster gone has no series left.
+	want = `
+# HELP socialweb_cluster_phase Each cluster's phase: 1 on the phase it is in, 0 on the others (as kube-state-metrics' kube_pod_status_phase).
+# TYPE socialweb_cluster_phase gauge
+socialweb_cluster_phase{cluster="a/one",phase="Draining"} 0
+socialweb_cluster_phase{cluster="a/one",phase="Initializing"} 0
+socialweb_cluster_phase{cluster="a/one",phase="Ready"} 1
+socialweb_cluster_phase{cluster="a/one",phase="Unavailable"} 0
+socialweb_cluster_phase{cluster="a/two",phase="Draining"} 0
+socialweb_cluster_phase{cluster="a/two",phase="Initializing"} 0
+socialweb_cluster_phase{cluster="a/two",phase="Ready"} 0
+socialweb_cluster_phase{cluster="a/two",phase="Unavailable"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "socialweb_cluster_phase"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The standard dashboards' series are there: the Go runtime's and the process's.
+func TestMetricsHaveTheGoAndProcessCollectors(t *testing.T) {
+	mfs, err := NewMetrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, mf := range mfs {
+		have[mf.GetName()] = true
+	}
+	for _, want := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "process_open_fds"} {
+		if !have[want] {
+			t.Errorf("no %s", want)
+		}
+	}
 }

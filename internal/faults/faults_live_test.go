@@ -21,6 +21,7 @@ var (
 	rounds   = flag.Int("rounds", 30, "faults to inject (a long run: -rounds 200 -clusters 6)")
 	seedFlag = flag.Uint64("seed", 0, "the schedule's seed; 0 picks one from the clock (the test prints it)")
 	clusters = flag.Int("clusters", 4, "clusters the faults hit")
+	budget   = flag.Duration("for", 0, "stop injecting once this much time has passed (0: no limit), then end as usual: delete all, stop, nothing left; a long run that must fit a window")
 	ports    = flag.String("port-range", "33500-33599", "the apiservers' ports (another range lets a long run go on beside the suite)")
 )
 
@@ -58,7 +59,12 @@ func TestFaults(t *testing.T) {
 	byKind := map[Kind]int{}
 	// The summary is printed however the test ends, so that a failed run says what it found.
 	t.Cleanup(func() { summarize(t, seed, h, took, byKind) })
+	start := time.Now()
 	for n, f := range Schedule(seed, *rounds, *clusters) {
+		if *budget > 0 && time.Since(start) > *budget {
+			t.Logf("stopping after %d of %d faults: -for %s is spent", n, *rounds, *budget)
+			break
+		}
 		t0 := time.Now()
 		gone := h.inject(f)
 		d := h.converge(fmt.Sprintf("fault %d (%s)", n+1, f), gone)
