@@ -110,6 +110,9 @@ for cmd in socialweb-cloud-controller-manager socialweb-clusterprovider socialwe
   mv "$bin/$cmd.tmp" "$bin/$cmd"
   say "$cmd: built in $(took "$t")"
 done
+# The kubectl plugin: kubectl runs kubectl-kcp for "kubectl kcp ..." (krew's convention,
+# the binary's name is the plugin's), so `kubectl kcp up demo` works with bin/ on PATH.
+ln -sfn socialweb-kcp "$bin/kubectl-kcp"
 
 "$bin/kube-apiserver" --version
 say "all components in $bin"

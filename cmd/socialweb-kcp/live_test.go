@@ -98,6 +98,21 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		t.Errorf("ls row: %q", f)
 	}
 
+	// As a kubectl plugin: kubectl finds kubectl-kcp on PATH (install puts it in bin/,
+	// beside socialweb-kcp) and runs it with the rest of the line.
+	if _, err := os.Lstat(filepath.Join(bin, "kubectl-kcp")); err != nil {
+		livetest.Need(t, bin+"/kubectl-kcp is not installed; run deploy/install-components.sh")
+	}
+	plugins := t.TempDir()
+	if err := os.Symlink(cli, filepath.Join(plugins, "kubectl-kcp")); err != nil {
+		t.Fatal(err)
+	}
+	plugin := exec.Command(filepath.Join(bin, "kubectl"), "kcp", "ls")
+	plugin.Env = append(os.Environ(), "SOCIALWEB_KCP_KUBECONFIG="+operator, "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if b, err := plugin.CombinedOutput(); err != nil || !strings.Contains(string(b), "demo") || !strings.Contains(string(b), "NAME") {
+		t.Errorf("kubectl kcp ls: %v\n%s", err, b)
+	}
+
 	out = must("nodes", "add", "demo", "2")
 	for _, want := range []string{"node demo-n1 declared", "node demo-n2 declared", "demo-n1  Ready", "demo-n2  Ready", "Ready in cluster demo: demo-n1, demo-n2"} {
 		if !strings.Contains(out, want) {

@@ -47,14 +47,25 @@ func (e timeoutError) Error() string {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, displayName(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run executes one command line and returns its exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// displayName is what help and usage call this command: "kubectl kcp" when it runs as
+// the kubectl plugin kubectl-kcp (krew's convention: the binary's name is the plugin's;
+// make install puts kubectl-kcp beside socialweb-kcp), else socialweb-kcp.
+func displayName(argv0 string) string {
+	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-kcp" {
+		return "kubectl kcp"
+	}
+	return "socialweb-kcp"
+}
+
+// run executes one command line and returns its exit code; name is displayName's.
+func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
+	root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: name}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -34,7 +34,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 		{[]string{"ls", "--kubeconfig", missing}, exitFailed, "--kubeconfig " + missing + ": no such file or directory; start the provider first"},
 	} {
 		var out, errb bytes.Buffer
-		code := run(context.Background(), c.args, &out, &errb)
+		code := run(context.Background(), "socialweb-kcp", c.args, &out, &errb)
 		if code != c.code || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%v: exit %d, %q; want exit %d and %q", c.args, code, errb.String(), c.code, c.want)
 		}
@@ -52,7 +52,7 @@ contexts: [{name: c, context: {cluster: f, user: u}}]
 current-context: c
 `), 0o600)
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"ls", "--kubeconfig", kc}, &out, &errb)
+	code := run(context.Background(), "socialweb-kcp", []string{"ls", "--kubeconfig", kc}, &out, &errb)
 	if code != exitFailed || !strings.Contains(errb.String(), "the front at https://127.0.0.1:1 does not answer: is the provider running") {
 		t.Errorf("exit %d: %s", code, errb.String())
 	}
@@ -78,6 +78,20 @@ func TestClusterTable(t *testing.T) {
 	clusterTable(&b, cls[:1], true, now)
 	if f := strings.Fields(strings.Split(b.String(), "\n")[1]); len(f) < 8 || f[0] != "default" || f[6] != "acme" {
 		t.Errorf("wide row: %q", f)
+	}
+}
+
+// As the kubectl plugin kubectl-kcp, help speaks of "kubectl kcp"; under its own name of
+// socialweb-kcp.
+func TestPluginName(t *testing.T) {
+	for argv0, want := range map[string]string{"/usr/local/bin/kubectl-kcp": "kubectl kcp", "bin/socialweb-kcp": "socialweb-kcp"} {
+		var out bytes.Buffer
+		if code := run(context.Background(), displayName(argv0), []string{"up", "--help"}, &out, &out); code != 0 {
+			t.Fatalf("%s up --help: exit %d: %s", argv0, code, out.String())
+		}
+		if !strings.Contains(out.String(), want+" up NAME") {
+			t.Errorf("%s up --help does not show %q:\n%s", argv0, want+" up NAME", out.String())
+		}
 	}
 }
 
