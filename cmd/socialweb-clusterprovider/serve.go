@@ -22,6 +22,7 @@ import (
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/sdnotify"
 )
 
 // serve is the provider as a service: Clusters declared on a front are made real.
@@ -111,6 +112,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	defer msrv.Close()
 	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", ml.Addr())
 	loop.Front, loop.Core = dynamic.NewForConfigOrDie(rc), kubernetes.NewForConfigOrDie(rc)
+	loop.OnServing = func() { notify(loop.Log, sdnotify.Ready+"\nSTATUS=serving Clusters") }
 	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)
 	loopCtx, cancel := context.WithCancel(ctx)
@@ -133,6 +135,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			return errors.Join(err, errors.New("the reconcile loop ended"))
 		}
 	}
+	notify(loop.Log, sdnotify.Stopping)
 	fmt.Fprintln(stdout, "stopping: every cluster (those being brought up too), then the front; data kept; Ctrl-C again forces")
 	cancel()
 	err = <-done
@@ -159,4 +162,13 @@ func addHealth(mux *http.ServeMux, serving func() bool) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+}
+
+// notify tells systemd state when serve runs under it as a Type=notify unit
+// (deploy/socialweb-kcp.service); a failure is logged, not fatal: systemd then times the
+// start out and says so itself.
+func notify(log *slog.Logger, state string) {
+	if _, err := sdnotify.Notify(state); err != nil {
+		log.Warn("could not tell systemd the service's state", "state", state, "err", err)
+	}
 }

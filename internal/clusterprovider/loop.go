@@ -75,6 +75,9 @@ type Loop struct {
 	runCtx   context.Context
 	bringUps sync.WaitGroup
 
+	// OnServing, when set, is called once the loop serves (its informers synced): serve
+	// tells systemd it is ready then.
+	OnServing func()
 	// serving is true from the informers' sync until the stop begins: /readyz.
 	serving atomic.Bool
 
@@ -157,6 +160,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		return errors.New("front: the Cluster and Node informers did not sync")
 	}
 	l.serving.Store(true)
+	if l.OnServing != nil {
+		l.OnServing()
+	}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
