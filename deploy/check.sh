@@ -25,6 +25,12 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+step "go.mod tidy"
+# go.mod names every module the code imports directly (go mod tidy changes nothing).
+if ! go mod tidy -diff; then
+  echo "go.mod or go.sum is not tidy: run go mod tidy and commit what it changes"; exit 1
+fi
+
 # Fuzz (issue 17): each native fuzz target for 10s, one per go test (-fuzz takes one
 # package and one target). A crasher is written to the package's testdata/fuzz/<target>/ and
 # fails the check; keep it there as a regression seed once its cause is fixed.
