@@ -22,6 +22,7 @@ import (
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/frontevents"
 	"socialweb.computer/kcp/internal/sdnotify"
 )
 
@@ -112,6 +113,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	defer msrv.Close()
 	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", ml.Addr())
 	loop.Front, loop.Core = dynamic.NewForConfigOrDie(rc), kubernetes.NewForConfigOrDie(rc)
+	loop.Events = frontevents.NewRecorder(loop.Core, "socialweb-clusterprovider", host)
+	defer loop.Events.Shutdown() // after the loop's end: its stop records too
 	loop.OnServing = func() { notify(loop.Log, sdnotify.Ready+"\nSTATUS=serving Clusters") }
 	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)

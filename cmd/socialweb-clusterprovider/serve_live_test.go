@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +33,13 @@ func TestServeWithItsOwnFront(t *testing.T) {
 		return out == "Ready", out
 	})
 	t.Logf("kubectl apply to Ready in %.2fs", time.Since(t0).Seconds())
+	// kubectl describe shows the provider's Events on the Cluster, the bring-up then Ready.
+	eventually(t, time.Minute, "Events BringingUp and Ready on Cluster web", func() (bool, string) {
+		out := kubectl("describe", "cluster", "web")
+		_, ev, _ := strings.Cut(out, "\nEvents:")
+		i, j := regexp.MustCompile(`Normal\s+BringingUp`).FindStringIndex(ev), regexp.MustCompile(`Normal\s+Ready`).FindStringIndex(ev)
+		return i != nil && j != nil && j[0] > i[0] && strings.Contains(ev, "socialweb-clusterprovider"), out
+	})
 	t.Log(kubectl("get", "clusters"))
 	res, err := http.Get(metricsURL)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/frontevents"
 	"socialweb.computer/kcp/internal/instancesnapshot"
 	"socialweb.computer/kcp/internal/materialiser"
 	"socialweb.computer/kcp/internal/parallel"
@@ -60,7 +61,10 @@ type Loop struct {
 	// cluster's namespace/name; nil discards.
 	Log *slog.Logger
 	// Metrics, when set, are kept up to date.
-	Metrics   *Metrics
+	Metrics *Metrics
+	// Events, when set, records an Event on a Cluster or Node each time what the provider
+	// reports of it changes, and on every failed operation (kubectl describe shows them).
+	Events    *frontevents.Recorder
 	metricsMu sync.Mutex
 
 	queue      workqueue.TypedRateLimitingInterface[string] // Cluster keys
@@ -324,6 +328,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		}
 		if err != nil {
 			logFailure(log, "operation failed", op, err)
+			l.Events.Record(clusterObject(&cl), frontevents.OperationFailed(string(op), err))
 			l.writeStatus(ctx, &cl, st, o.Nodes, r, fmt.Errorf("%s: %w", op, err))
 			return 0, err
 		}
@@ -626,28 +631,45 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 	if equalStatus(cl.Status, status) {
 		return
 	}
+	was := ""
+	if c := meta.FindStatusCondition(cl.Status.Conditions, "Ready"); c != nil {
+		was = c.Reason
+	}
 	cl.Status = status
-	if err := l.updateStatus(ctx, ClustersResource, cl, &cl.ObjectMeta); err != nil {
+	written, err := l.updateStatus(ctx, ClustersResource, cl, &cl.ObjectMeta)
+	if err != nil {
 		l.Log.Warn("status not written", "cluster", cl.Namespace+"/"+cl.Name, "err", err)
+	}
+	if !written {
+		return // the next pass writes it, and records the change then
+	}
+	if e, ok := frontevents.ForCluster(cl.Name, was, r.Ready.Reason, r.Ready.Message); ok {
+		l.Events.Record(clusterObject(cl), e)
 	}
 }
 
-// updateStatus writes obj's status through the status subresource of res and takes the new
-// resourceVersion into m, since the finalizer patch that may follow is guarded by it. A
-// conflict or a vanished object is no news: the event it made brings the next pass.
-func (l *Loop) updateStatus(ctx context.Context, res schema.GroupVersionResource, obj any, m *metav1.ObjectMeta) error {
+func clusterObject(cl *v1alpha1.Cluster) frontevents.Object {
+	return frontevents.Object{Kind: "Cluster", Namespace: cl.Namespace, Name: cl.Name, UID: cl.UID}
+}
+
+// updateStatus writes obj's status through the status subresource of res, takes the new
+// resourceVersion into m, since the finalizer patch that may follow is guarded by it, and
+// says whether it wrote. A conflict or a vanished object is no news (not written, no
+// error): the event it made brings the next pass.
+func (l *Loop) updateStatus(ctx context.Context, res schema.GroupVersionResource, obj any, m *metav1.ObjectMeta) (bool, error) {
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
-		return err
+		return false, err
 	}
 	got, err := l.Front.Resource(res).Namespace(m.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
 	switch {
 	case err == nil:
 		m.ResourceVersion = got.GetResourceVersion()
+		return true, nil
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-		return nil
+		return false, nil
 	}
-	return err
+	return false, err
 }
 
 // setFinalizer adds finalizer to the object m of res, or removes it, with more metadata

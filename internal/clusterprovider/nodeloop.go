@@ -15,6 +15,7 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
+	"socialweb.computer/kcp/internal/frontevents"
 	"socialweb.computer/kcp/internal/instancesnapshot"
 	"socialweb.computer/kcp/internal/materialiser"
 	"socialweb.computer/kcp/internal/nodeprovider"
@@ -83,11 +84,17 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 		status.ProviderID = contract.ProviderID(n.Spec.Cluster, g.Name)
 	}
 	if !slices.Contains(r.Ops, materialiser.OpReleaseNode) {
-		l.writeNodeStatus(ctx, &n, status)
+		was := n.Status.Phase
+		if l.writeNodeStatus(ctx, &n, status) {
+			if e, ok := frontevents.ForNode(was, status.Phase, r.Reason, r.Message); ok {
+				l.Events.Record(nodeObject(&n), e)
+			}
+		}
 	}
 	for _, op := range r.Ops {
 		if err := l.performNode(ctx, op, &n, c, owner); err != nil {
 			logFailure(log, "node operation failed", op, err)
+			l.Events.Record(nodeObject(&n), frontevents.OperationFailed(string(op), err))
 			status.Message = fmt.Sprintf("%s: %v", op, err)
 			l.writeNodeStatus(ctx, &n, status)
 			return 0, err
@@ -136,14 +143,21 @@ func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.
 	return fmt.Errorf("unknown node operation %s", op)
 }
 
-func (l *Loop) writeNodeStatus(ctx context.Context, n *v1alpha1.Node, status v1alpha1.NodeStatus) {
+// writeNodeStatus writes status when it differs, and says whether it wrote it.
+func (l *Loop) writeNodeStatus(ctx context.Context, n *v1alpha1.Node, status v1alpha1.NodeStatus) bool {
 	if n.Status == status {
-		return
+		return false
 	}
 	n.Status = status
-	if err := l.updateStatus(ctx, NodesResource, n, &n.ObjectMeta); err != nil {
+	written, err := l.updateStatus(ctx, NodesResource, n, &n.ObjectMeta)
+	if err != nil {
 		l.Log.Warn("node status not written", "cluster", n.Namespace+"/"+n.Spec.Cluster, "node", n.Spec.NodeID, "err", err)
 	}
+	return written
+}
+
+func nodeObject(n *v1alpha1.Node) frontevents.Object {
+	return frontevents.Object{Kind: "Node", Namespace: n.Namespace, Name: n.Name, UID: n.UID}
 }
 
 // enqueueNodesOf queues the Node objects of the cluster ns/name: its phase decides theirs.
