@@ -39,17 +39,18 @@ func TestEventsOnTheFront(t *testing.T) {
 	}
 	defer squatter.Close()
 	port := squatter.Addr().(*net.TCPAddr).Port
-	p, err := New(Config{DataRoot: livetest.DataRoot(t), BinDir: binDir(t), Ports: portallocator.Range{First: port, Last: port}, Grace: 10 * time.Second})
+	rec := frontevents.NewRecorder(core, "socialweb-clusterprovider", "test")
+	defer rec.Shutdown()
+	loop := &Loop{Front: dyn, Core: core, Instance: "test", Events: rec, Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	// As serve wires it: the bring-up's steps reach the loop, which writes them to status.
+	p, err := New(Config{DataRoot: livetest.DataRoot(t), BinDir: binDir(t), Ports: portallocator.Range{First: port, Last: port}, Grace: 10 * time.Second, OnEvent: loop.StepEvent})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := frontevents.NewRecorder(core, "socialweb-clusterprovider", "test")
-	defer rec.Shutdown()
+	loop.P = p
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- (&Loop{P: p, Front: dyn, Core: core, Instance: "test", Events: rec, Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}).Run(loopCtx)
-	}()
+	go func() { done <- loop.Run(loopCtx) }()
 	defer func() { stopLoop(); <-done }()
 
 	if _, err := dyn.Resource(ClustersResource).Namespace("default").Create(ctx, v1alpha1.Object("Cluster", "starved", map[string]any{"account": "acme"}), metav1.CreateOptions{}); err != nil {
@@ -101,8 +102,8 @@ func TestEventsOnTheFront(t *testing.T) {
 	}
 	// Each attempt: BringingUp, then its failure or Ready (repeats of one reason and message
 	// are one Event with a count, as client-go's recorder aggregates them).
-	failed, last := slices.Index(reasons, "BringUpFailed"), len(reasons)-1
-	if reasons[0] != "BringingUp" || failed < 1 || reasons[last] != "Ready" || !slices.Contains(reasons[failed:last], "BringingUp") {
+	up, failed, last := slices.Index(reasons, "BringingUp"), slices.Index(reasons, "BringUpFailed"), len(reasons)-1
+	if up < 0 || failed < up || reasons[last] != "Ready" || !slices.Contains(reasons[failed:last], "BringingUp") {
 		t.Errorf("Events out of order: %v", reasons)
 	}
 }

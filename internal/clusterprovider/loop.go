@@ -328,7 +328,9 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		}
 		if err != nil {
 			logFailure(log, "operation failed", op, err)
-			l.Events.Record(clusterObject(&cl), frontevents.OperationFailed(string(op), err))
+			if e, ok := frontevents.OperationFailed(string(op), err); ok {
+				l.Events.Record(clusterObject(&cl), e)
+			}
 			l.writeStatus(ctx, &cl, st, o.Nodes, r, fmt.Errorf("%s: %w", op, err))
 			return 0, err
 		}

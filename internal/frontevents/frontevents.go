@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Event is one Event to record: its type (Normal or Warning), CamelCase reason and message.
@@ -54,7 +55,12 @@ func ForNode(was, phase, reason, message string) (Event, bool) {
 }
 
 // OperationFailed is the Warning for an operation (BringUp, Stop, AddGuest, ...) that
-// failed with err; the provider retries it with backoff.
-func OperationFailed(op string, err error) Event {
-	return Event{corev1.EventTypeWarning, op + "Failed", fmt.Sprintf("%s failed: %v; the provider retries with backoff", op, err)}
+// failed with err; the provider retries it with backoff. None for a conflict: another
+// writer changed the object first, the next pass acts on the new one, and an operator has
+// nothing to look at.
+func OperationFailed(op string, err error) (Event, bool) {
+	if apierrors.IsConflict(err) {
+		return Event{}, false
+	}
+	return Event{corev1.EventTypeWarning, op + "Failed", fmt.Sprintf("%s failed: %v; the provider retries with backoff", op, err)}, true
 }
