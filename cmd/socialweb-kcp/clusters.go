@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
@@ -114,14 +116,23 @@ func upCmd(g *globals) *cobra.Command {
 }
 
 // watchCluster shows cluster name's live display until done says it is over (or fails), or
-// with goneIsDone, until the cluster is gone.
+// with goneIsDone, until the cluster is gone. A cluster deleted under a wait that is not
+// for its deletion is an error.
 func watchCluster(ctx context.Context, f *front, out io.Writer, timeout time.Duration, name, what string, goneIsDone bool, done func(v1alpha1.Cluster) (bool, error)) error {
-	return watch(ctx, out, timeout, "cluster "+name+" "+what, func(ctx context.Context) (map[string]progress, bool, error) {
-		c, err := f.cluster(ctx, name)
-		if goneIsDone && apierrors.IsNotFound(err) {
+	seen := false
+	return f.follow(ctx, out, timeout, "cluster "+name+" "+what, clusterprovider.ClustersResource, clusterNamed(name), func(objs map[string]*unstructured.Unstructured) (map[string]progress, bool, error) {
+		u, ok := objs[name]
+		switch {
+		case !ok && goneIsDone:
 			return map[string]progress{"": {Phase: "Deleted", Message: "nodes, processes, port, data and kubeconfig Secret are gone"}}, true, nil
+		case !ok && seen:
+			return nil, false, fmt.Errorf("cluster %s was deleted while waiting for it to be %s", name, what)
+		case !ok:
+			return nil, false, nil // declared, and not in the first listing yet
 		}
-		if err != nil {
+		seen = true
+		var c v1alpha1.Cluster
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
 			return nil, false, err
 		}
 		ok, err := done(c)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -13,12 +14,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/clusterprovider"
@@ -100,14 +106,24 @@ func (f *front) clusters(ctx context.Context, allNamespaces bool) ([]v1alpha1.Cl
 
 // nodes are the Node objects of cluster, by name.
 func (f *front) nodes(ctx context.Context, cluster string) ([]v1alpha1.Node, error) {
-	ul, err := f.dyn.Resource(clusterprovider.NodesResource).Namespace(f.ns).List(ctx, metav1.ListOptions{})
+	ul, err := f.dyn.Resource(clusterprovider.NodesResource).Namespace(f.ns).List(ctx, metav1.ListOptions{FieldSelector: nodesOf(cluster)})
 	if err != nil {
 		return nil, f.explain(err, "node", "")
 	}
 	all, err := convert[v1alpha1.Node](ul.Items)
-	all = slices.DeleteFunc(all, func(n v1alpha1.Node) bool { return n.Spec.Cluster != cluster })
 	slices.SortFunc(all, func(a, b v1alpha1.Node) int { return strings.Compare(a.Name, b.Name) })
 	return all, err
+}
+
+// nodesOf is the field selector of cluster's Node objects: the front filters them (the
+// Node CRD declares spec.cluster a selectable field).
+func nodesOf(cluster string) string {
+	return fields.OneTermEqualSelector("spec.cluster", cluster).String()
+}
+
+// clusterNamed is the field selector of the Cluster name.
+func clusterNamed(name string) string {
+	return fields.OneTermEqualSelector("metadata.name", name).String()
 }
 
 func convert[T any](items []unstructured.Unstructured) ([]T, error) {
@@ -145,42 +161,68 @@ func typeMeta(kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: kind}
 }
 
-// watch shows a live display until observe says done, fails, or timeout passes: each
-// time what the provider reports of an object changes, one line with the time since the
-// start. observe returns the progress of every object it watches, by name.
-func watch(ctx context.Context, out io.Writer, timeout time.Duration, what string, observe func(context.Context) (map[string]progress, bool, error)) error {
+// follow shows a live display of the objects of res that fieldSelector selects, driven by
+// a watch (client-go's UntilWithSync: an informer that lists, then watches from that
+// resourceVersion, and lists again when the front answers 410 Gone), until view says done,
+// fails, or timeout passes. view gets the objects as last seen, by name, each time one
+// changes, and returns the progress of each object it follows; a line is printed, with
+// the time since the start, each time one's progress changes. No polling: every change
+// the front reports is seen, and a waiting CLI costs the front one watch.
+func (f *front) follow(ctx context.Context, out io.Writer, timeout time.Duration, what string, res schema.GroupVersionResource, fieldSelector string,
+	view func(map[string]*unstructured.Unstructured) (map[string]progress, bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	client := f.dyn.Resource(res).Namespace(f.ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = fieldSelector
+			return client.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = fieldSelector
+			return client.Watch(ctx, o)
+		},
+	}
 	t0 := time.Now()
 	shown := map[string]progress{}
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		now, done, err := observe(ctx)
-		names := make([]string, 0, len(now))
-		for name := range now {
-			names = append(names, name)
-		}
-		slices.Sort(names)
+	objs := map[string]*unstructured.Unstructured{}
+	step := func() (bool, error) {
+		now, done, err := view(objs)
+		names := slices.Sorted(maps.Keys(now))
 		for _, name := range names {
 			if p := now[name]; shown[name] != p {
 				shown[name] = p
 				fmt.Fprintln(out, p.line(time.Since(t0)))
 			}
 		}
-		if done {
-			return nil
-		}
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return timeoutError{what: what, timeout: timeout}
-			}
-			return ctx.Err()
-		case <-tick.C:
-		}
+		return done, err
 	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &unstructured.Unstructured{}, func(store cache.Store) (bool, error) {
+		for _, o := range store.List() {
+			u := o.(*unstructured.Unstructured)
+			objs[u.GetName()] = u
+		}
+		return step()
+	}, func(ev watch.Event) (bool, error) {
+		u, ok := ev.Object.(*unstructured.Unstructured)
+		if !ok {
+			return false, nil // a bookmark
+		}
+		switch ev.Type {
+		case watch.Deleted:
+			delete(objs, u.GetName())
+		case watch.Added, watch.Modified:
+			objs[u.GetName()] = u
+		}
+		return step()
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return timeoutError{what: what, timeout: timeout}
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return f.explain(err, strings.ToLower(res.Resource[:len(res.Resource)-1]), "")
 }

@@ -159,3 +159,26 @@ func TestProgressLine(t *testing.T) {
 		t.Errorf("%q", got)
 	}
 }
+
+// The CLI's waits follow the front through watches (front.follow), never a polling loop:
+// no command under cmd/ ticks, sleeps or polls.
+func TestNoPollingLoopInTheCommands(t *testing.T) {
+	files, err := filepath.Glob("../*/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the commands' sources: %v %v", files, err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, poll := range []string{"time.NewTicker(", "time.Tick(", "time.Sleep(", "wait.Poll", "PollUntil"} {
+			if strings.Contains(string(b), poll) {
+				t.Errorf("%s polls (%s): follow the front with a watch", f, poll)
+			}
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/clusterprovider"
@@ -141,18 +143,20 @@ func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, coun
 	if !w.wait {
 		return nil
 	}
-	err = watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v Ready", names), func(ctx context.Context) (map[string]progress, bool, error) {
-		ns, err := f.nodes(ctx, cluster)
-		if err != nil {
-			return nil, false, err
-		}
+	err = f.follow(ctx, out, w.timeout, fmt.Sprintf("nodes %v Ready", names), clusterprovider.NodesResource, nodesOf(cluster), func(objs map[string]*unstructured.Unstructured) (map[string]progress, bool, error) {
 		now, ready := map[string]progress{}, 0
-		for _, n := range ns {
-			if slices.Contains(names, n.Name) {
-				now[n.Name] = nodeProgress(n)
-				if n.Status.Phase == v1alpha1.NodePhaseReady {
-					ready++
-				}
+		for _, name := range names {
+			u, ok := objs[name]
+			if !ok {
+				continue // declared, and not in the first listing yet
+			}
+			var n v1alpha1.Node
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil {
+				return nil, false, err
+			}
+			now[n.Name] = nodeProgress(n)
+			if n.Status.Phase == v1alpha1.NodePhaseReady {
+				ready++
 			}
 		}
 		return now, ready == len(names), nil
@@ -187,21 +191,20 @@ func removeNodes(ctx context.Context, f *front, out io.Writer, cluster string, i
 	if !w.wait {
 		return nil
 	}
-	err = watch(ctx, out, w.timeout, fmt.Sprintf("nodes %v gone", names), func(ctx context.Context) (map[string]progress, bool, error) {
-		ns, err := f.nodes(ctx, cluster)
-		if err != nil {
-			return nil, false, err
-		}
-		now := map[string]progress{}
+	err = f.follow(ctx, out, w.timeout, fmt.Sprintf("nodes %v gone", names), clusterprovider.NodesResource, nodesOf(cluster), func(objs map[string]*unstructured.Unstructured) (map[string]progress, bool, error) {
+		now, left := map[string]progress{}, 0
 		for _, name := range names {
-			now[name] = progress{Name: name, Phase: "Deleted", Message: "drained, guest deleted, Node gone"}
-		}
-		left := 0
-		for _, n := range ns {
-			if slices.Contains(names, n.Name) {
-				now[n.Name] = nodeProgress(n)
-				left++
+			u, ok := objs[name]
+			if !ok {
+				now[name] = progress{Name: name, Phase: "Deleted", Message: "drained, guest deleted, Node gone"}
+				continue
 			}
+			var n v1alpha1.Node
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil {
+				return nil, false, err
+			}
+			now[name] = nodeProgress(n)
+			left++
 		}
 		return now, left == 0, nil
 	})
