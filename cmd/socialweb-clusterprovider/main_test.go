@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"k8s.io/klog/v2"
 
 	"socialweb.computer/kcp/internal/clusterstack"
 )
@@ -159,5 +162,31 @@ func TestHealthEndpoints(t *testing.T) {
 		if h, r := code("/healthz"), code("/readyz"); h != tc.healthz || r != tc.ready {
 			t.Errorf("serving %v: /healthz %d /readyz %d; want %d %d", tc.serving, h, r, tc.healthz, tc.ready)
 		}
+	}
+}
+
+// serve's log is one format: client-go's klog lines come out of the same slog handler.
+func TestOneLogFormat(t *testing.T) {
+	var b bytes.Buffer
+	log, err := newLogger("json", &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(klog.ClearLogger)
+	log.Info("from slog", "cluster", "default/demo")
+	klog.InfoS("from klog", "resource", "clusters")
+	klog.Flush()
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines, got %q", b.String())
+	}
+	for i, want := range []string{`"msg":"from slog"`, `"msg":"from klog"`} {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &m); err != nil || !strings.Contains(lines[i], want) {
+			t.Errorf("line %d: %q (%v); want JSON with %s", i, lines[i], err, want)
+		}
+	}
+	if _, err := newLogger("xml", &b); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("--log-format xml: %v; want an error naming the flag", err)
 	}
 }

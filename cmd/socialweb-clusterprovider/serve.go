@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
@@ -33,6 +35,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	pf := addProviderFlags(fs)
 	frontKubeconfig := fs.String("front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
 	maxBringUps := fs.Int("max-bring-ups", 2, "bring-ups run at once")
+	logFormat := fs.String("log-format", "text", "the log's format on stderr: text or json (client-go's log lines too)")
 	metricsAddr := fs.String("metrics-address", "127.0.0.1:9464", "where /metrics, /healthz and /readyz listen (host:port; port 0 picks one)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -42,6 +45,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	if *maxBringUps < 1 {
 		return fmt.Errorf("--max-bring-ups: %d; want 1 or more", *maxBringUps)
+	}
+	log, err := newLogger(*logFormat, stderr)
+	if err != nil {
+		return err
 	}
 	cfg, err := pf.config(stderr)
 	if err != nil {
@@ -54,7 +61,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	defer lock.Release()
 	host, _ := os.Hostname()
 	metrics := clusterprovider.NewMetrics()
-	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: *maxBringUps, Log: slog.New(slog.NewTextHandler(stderr, nil)), Metrics: metrics}
+	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: *maxBringUps, Log: log, Metrics: metrics}
 	cfg.OnEvent = loop.StepEvent
 	p, err := clusterprovider.New(cfg)
 	if err != nil {
@@ -174,4 +181,21 @@ func notify(log *slog.Logger, state string) {
 	if _, err := sdnotify.Notify(state); err != nil {
 		log.Warn("could not tell systemd the service's state", "state", state, "err", err)
 	}
+}
+
+// newLogger is serve's one log: slog's text or JSON handler on w, and klog (client-go's
+// informers, reflectors and event recorder log through it) routed into the same handler,
+// so that one format reaches journald or a log shipper.
+func newLogger(format string, w io.Writer) (*slog.Logger, error) {
+	var h slog.Handler
+	switch format {
+	case "text":
+		h = slog.NewTextHandler(w, nil)
+	case "json":
+		h = slog.NewJSONHandler(w, nil)
+	default:
+		return nil, fmt.Errorf("--log-format: %q; want text or json", format)
+	}
+	klog.SetLogger(logr.FromSlogHandler(h))
+	return slog.New(h), nil
 }
