@@ -197,10 +197,13 @@ func (f *front) follow(ctx context.Context, out io.Writer, timeout time.Duration
 		}
 		return done, err
 	}
+	// The informer hands every object it lists, then every change, to the event function
+	// below, in order: the view is built from those alone. The store, read once synced,
+	// only tells when nothing matched at all (then no event comes; an object already gone
+	// is the view's to judge).
 	_, err := watchtools.UntilWithSync(ctx, lw, &unstructured.Unstructured{}, func(store cache.Store) (bool, error) {
-		for _, o := range store.List() {
-			u := o.(*unstructured.Unstructured)
-			objs[u.GetName()] = u
+		if len(store.List()) > 0 {
+			return false, nil
 		}
 		return step()
 	}, func(ev watch.Event) (bool, error) {

@@ -69,10 +69,17 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	t0 := time.Now()
 	out := must("up", "demo", "--timeout", "3m")
 	t.Logf("up demo: Ready and kubeconfig written in %.2fs", time.Since(t0).Seconds())
-	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "postgres ready, kine ready, kube-apiserver starting", "kube-apiserver ready, kube-controller-manager starting", "Ready ", "kubeconfig written to demo.kubeconfig"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("up's output lacks %q", want)
+	// Every step of the bring-up, in order: the wait follows a watch, which misses none.
+	at := 0
+	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "postgres ready, kine starting", "postgres ready, kine ready, kube-apiserver starting",
+		"kube-apiserver ready, kube-controller-manager starting", "kube-controller-manager ready, kube-scheduler starting", "kube-scheduler ready, cloud-controller-manager starting",
+		"Ready ", "kubeconfig written to demo.kubeconfig"} {
+		i := strings.Index(out[at:], want)
+		if i < 0 {
+			t.Errorf("up's output lacks %q after what came before it", want)
+			continue
 		}
+		at += i + len(want)
 	}
 	kc := filepath.Join(work, "demo.kubeconfig")
 	if fi, err := os.Stat(kc); err != nil || fi.Mode().Perm() != 0o600 {
