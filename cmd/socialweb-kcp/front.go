@@ -162,34 +162,24 @@ func typeMeta(kind string) metav1.TypeMeta {
 }
 
 // follow shows a live display of the objects of res that fieldSelector selects, driven by
-// a watch (client-go's UntilWithSync: an informer that lists, then watches from that
-// resourceVersion, and lists again when the front answers 410 Gone), until view says done,
-// fails, or timeout passes. view gets the objects as last seen, by name, each time one
-// changes, and returns the progress of each object it follows; a line is printed, with
-// the time since the start, each time one's progress changes. No polling: every change
-// the front reports is seen, and a waiting CLI costs the front one watch.
+// the front's watch, until view says done, fails, or timeout passes. It lists, then
+// watches from the list's resourceVersion (client-go's RetryWatcher, which resumes a
+// dropped watch where it was), and lists again when the front answers 410 Gone (it
+// compacted past that version). view gets the objects as last seen, by name, after the
+// listing and after each change, and returns the progress of each object it follows; a
+// line is printed, with the time since the start, each time one's progress changes. No
+// polling: every change the front reports is seen, and a waiting CLI costs it one watch.
 func (f *front) follow(ctx context.Context, out io.Writer, timeout time.Duration, what string, res schema.GroupVersionResource, fieldSelector string,
 	view func(map[string]*unstructured.Unstructured) (map[string]progress, bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	client := f.dyn.Resource(res).Namespace(f.ns)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = fieldSelector
-			return client.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = fieldSelector
-			return client.Watch(ctx, o)
-		},
-	}
+	kind := strings.TrimSuffix(res.Resource, "s")
 	t0 := time.Now()
 	shown := map[string]progress{}
-	objs := map[string]*unstructured.Unstructured{}
-	step := func() (bool, error) {
+	step := func(objs map[string]*unstructured.Unstructured) (bool, error) {
 		now, done, err := view(objs)
-		names := slices.Sorted(maps.Keys(now))
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(now)) {
 			if p := now[name]; shown[name] != p {
 				shown[name] = p
 				fmt.Fprintln(out, p.line(time.Since(t0)))
@@ -197,35 +187,72 @@ func (f *front) follow(ctx context.Context, out io.Writer, timeout time.Duration
 		}
 		return done, err
 	}
-	// The informer hands every object it lists, then every change, to the event function
-	// below, in order: the view is built from those alone. The store, read once synced,
-	// only tells when nothing matched at all (then no event comes; an object already gone
-	// is the view's to judge).
-	_, err := watchtools.UntilWithSync(ctx, lw, &unstructured.Unstructured{}, func(store cache.Store) (bool, error) {
-		if len(store.List()) > 0 {
-			return false, nil
+	stopped := func(err error) error {
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return timeoutError{what: what, timeout: timeout}
+		case ctx.Err() != nil:
+			return ctx.Err()
 		}
-		return step()
-	}, func(ev watch.Event) (bool, error) {
-		u, ok := ev.Object.(*unstructured.Unstructured)
-		if !ok {
-			return false, nil // a bookmark
-		}
-		switch ev.Type {
-		case watch.Deleted:
-			delete(objs, u.GetName())
-		case watch.Added, watch.Modified:
-			objs[u.GetName()] = u
-		}
-		return step()
-	})
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return timeoutError{what: what, timeout: timeout}
-	case ctx.Err() != nil:
-		return ctx.Err()
+		return f.explain(err, kind, "")
 	}
-	return f.explain(err, strings.ToLower(res.Resource[:len(res.Resource)-1]), "")
+	for {
+		list, err := client.List(ctx, metav1.ListOptions{FieldSelector: fieldSelector})
+		if err != nil {
+			return stopped(err)
+		}
+		objs := map[string]*unstructured.Unstructured{}
+		for i := range list.Items {
+			objs[list.Items[i].GetName()] = &list.Items[i]
+		}
+		if done, err := step(objs); done || err != nil {
+			return err
+		}
+		w, err := watchtools.NewRetryWatcherWithContext(ctx, list.GetResourceVersion(), &cache.ListWatch{
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = fieldSelector
+				return client.Watch(ctx, o)
+			},
+		})
+		if err != nil {
+			return stopped(err)
+		}
+		relist, done, err := followEvents(w, objs, step)
+		w.Stop()
+		switch {
+		case done || err != nil:
+			return err
+		case !relist:
+			return stopped(ctx.Err()) // the watch ended with the context
+		}
+	}
+}
+
+// followEvents applies w's events to objs and steps after each, until step says done or
+// fails, the front answers 410 Gone (relist), or w ends.
+func followEvents(w watch.Interface, objs map[string]*unstructured.Unstructured, step func(map[string]*unstructured.Unstructured) (bool, error)) (relist, done bool, err error) {
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Error:
+			err := apierrors.FromObject(ev.Object)
+			if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+				return true, false, nil
+			}
+			return false, false, err
+		case watch.Added, watch.Modified, watch.Deleted:
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				delete(objs, u.GetName())
+			} else {
+				objs[u.GetName()] = u
+			}
+			if done, err := step(objs); done || err != nil {
+				return false, done, err
+			}
+		}
+	}
+	return false, false, nil
 }
