@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
@@ -228,8 +230,8 @@ func parkCmd(g *globals) *cobra.Command {
 
 func lsCmd(g *globals) *cobra.Command {
 	var (
-		output outputFormat
-		all    bool
+		output       outputFormat
+		all, watchIt bool
 	)
 	cmd := &cobra.Command{
 		Use:     "ls",
@@ -240,6 +242,9 @@ func lsCmd(g *globals) *cobra.Command {
 			f, err := g.front()
 			if err != nil {
 				return err
+			}
+			if watchIt {
+				return watchClusters(cmd.Context(), f, cmd.OutOrStdout(), output, all)
 			}
 			cls, err := f.clusters(cmd.Context(), all)
 			if err != nil {
@@ -257,7 +262,55 @@ func lsCmd(g *globals) *cobra.Command {
 	}
 	addOutputFlag(cmd, &output)
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "every namespace")
+	cmd.Flags().BoolVarP(&watchIt, "watch", "w", false, "after the list, print each cluster again when it changes, until Ctrl-C (as kubectl get --watch)")
 	return cmd
+}
+
+// watchClusters is ls --watch: the list, then each cluster again each time it changes (one
+// table row, or the object in -o's format), as kubectl get --watch prints them, until ctx
+// ends (Ctrl-C), which is not an error.
+func watchClusters(ctx context.Context, f *front, out io.Writer, output outputFormat, all bool) error {
+	ns := f.ns
+	if all {
+		ns = metav1.NamespaceAll
+	}
+	show := func(items []unstructured.Unstructured, header bool) error {
+		cls, err := convert[v1alpha1.Cluster](items)
+		if err != nil {
+			return err
+		}
+		if output != outTable && output != outWide {
+			for _, c := range cls {
+				if _, err := printStructured(out, output, "cluster", clusterNames(c), c); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		var b strings.Builder
+		if err := clusterTable(&b, cls, output == outWide || all, time.Now()); err != nil {
+			return err
+		}
+		table := b.String()
+		if !header {
+			_, table, _ = strings.Cut(table, "\n")
+		}
+		_, err = io.WriteString(out, table)
+		return err
+	}
+	err := f.listWatch(ctx, f.dyn.Resource(clusterprovider.ClustersResource).Namespace(ns), "", func(l *unstructured.UnstructuredList) (bool, error) {
+		return false, show(l.Items, true)
+	}, func(ev watch.Event) (bool, error) {
+		u, ok := ev.Object.(*unstructured.Unstructured)
+		if !ok {
+			return false, nil
+		}
+		return false, show([]unstructured.Unstructured{*u}, false)
+	})
+	if ctx.Err() != nil {
+		return nil // Ctrl-C ends a watch
+	}
+	return f.explain(err, "cluster", "")
 }
 
 func statusCmd(g *globals) *cobra.Command {

@@ -17,7 +17,7 @@ func node(name, phase string) *unstructured.Unstructured {
 
 // Every event reaches the view, in order, each after it is applied; 410 Gone asks for a
 // relist; another error ends the wait with it.
-func TestFollowEvents(t *testing.T) {
+func TestWatchEvents(t *testing.T) {
 	w := watch.NewFakeWithChanSize(8, false)
 	w.Add(node("a", "Joining"))
 	w.Modify(node("a", "Ready"))
@@ -26,10 +26,11 @@ func TestFollowEvents(t *testing.T) {
 	w.Error(&apierrors.NewResourceExpired("too old resource version").ErrStatus)
 	var seen []string
 	objs := map[string]*unstructured.Unstructured{}
-	relist, done, err := followEvents(w, objs, func(m map[string]*unstructured.Unstructured) (bool, error) {
+	relist, done, err := watchEvents(w, func(ev watch.Event) (bool, error) {
+		apply(objs, ev)
 		s := ""
 		for _, n := range []string{"a", "b"} {
-			if u, ok := m[n]; ok {
+			if u, ok := objs[n]; ok {
 				p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 				s += n + "=" + p + " "
 			}
@@ -52,13 +53,13 @@ func TestFollowEvents(t *testing.T) {
 
 	w = watch.NewFakeWithChanSize(2, false)
 	w.Error(&apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", nil).ErrStatus)
-	if relist, _, err := followEvents(w, objs, func(map[string]*unstructured.Unstructured) (bool, error) { return false, nil }); relist || !apierrors.IsForbidden(err) {
+	if relist, _, err := watchEvents(w, func(watch.Event) (bool, error) { return false, nil }); relist || !apierrors.IsForbidden(err) {
 		t.Errorf("a Forbidden watch: relist %v err %v; want the error", relist, err)
 	}
 
 	w = watch.NewFakeWithChanSize(2, false)
 	w.Add(node("c", "Ready"))
-	if _, done, err := followEvents(w, objs, func(m map[string]*unstructured.Unstructured) (bool, error) { return m["c"] != nil, nil }); !done || err != nil {
+	if _, done, err := watchEvents(w, func(ev watch.Event) (bool, error) { apply(objs, ev); return objs["c"] != nil, nil }); !done || err != nil {
 		t.Errorf("done %v err %v; want done once the view says so", done, err)
 	}
 }

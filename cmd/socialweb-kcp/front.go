@@ -162,22 +162,19 @@ func typeMeta(kind string) metav1.TypeMeta {
 }
 
 // follow shows a live display of the objects of res that fieldSelector selects, driven by
-// the front's watch, until view says done, fails, or timeout passes. It lists, then
-// watches from the list's resourceVersion (client-go's RetryWatcher, which resumes a
-// dropped watch where it was), and lists again when the front answers 410 Gone (it
-// compacted past that version). view gets the objects as last seen, by name, after the
-// listing and after each change, and returns the progress of each object it follows; a
-// line is printed, with the time since the start, each time one's progress changes. No
-// polling: every change the front reports is seen, and a waiting CLI costs it one watch.
+// the front's watch (listWatch), until view says done, fails, or timeout passes. view gets
+// the objects as last seen, by name, after the listing and after each change, and
+// returns the progress of each object it follows; a line is printed, with the time since
+// the start, each time one's progress changes. No polling: every change the front reports
+// is seen, and a waiting CLI costs it one watch.
 func (f *front) follow(ctx context.Context, out io.Writer, timeout time.Duration, what string, res schema.GroupVersionResource, fieldSelector string,
 	view func(map[string]*unstructured.Unstructured) (map[string]progress, bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := f.dyn.Resource(res).Namespace(f.ns)
-	kind := strings.TrimSuffix(res.Resource, "s")
 	t0 := time.Now()
 	shown := map[string]progress{}
-	step := func(objs map[string]*unstructured.Unstructured) (bool, error) {
+	var objs map[string]*unstructured.Unstructured
+	step := func() (bool, error) {
 		now, done, err := view(objs)
 		for _, name := range slices.Sorted(maps.Keys(now)) {
 			if p := now[name]; shown[name] != p {
@@ -187,25 +184,51 @@ func (f *front) follow(ctx context.Context, out io.Writer, timeout time.Duration
 		}
 		return done, err
 	}
-	stopped := func(err error) error {
-		switch {
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return timeoutError{what: what, timeout: timeout}
-		case ctx.Err() != nil:
-			return ctx.Err()
+	err := f.listWatch(ctx, f.dyn.Resource(res).Namespace(f.ns), fieldSelector, func(l *unstructured.UnstructuredList) (bool, error) {
+		objs = map[string]*unstructured.Unstructured{}
+		for i := range l.Items {
+			objs[l.Items[i].GetName()] = &l.Items[i]
 		}
-		return f.explain(err, kind, "")
+		return step()
+	}, func(ev watch.Event) (bool, error) {
+		apply(objs, ev)
+		return step()
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return timeoutError{what: what, timeout: timeout}
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
+	return f.explain(err, strings.TrimSuffix(res.Resource, "s"), "")
+}
+
+// apply is ev applied to objs, by name.
+func apply(objs map[string]*unstructured.Unstructured, ev watch.Event) {
+	if u, ok := ev.Object.(*unstructured.Unstructured); ok {
+		if ev.Type == watch.Deleted {
+			delete(objs, u.GetName())
+		} else {
+			objs[u.GetName()] = u
+		}
+	}
+}
+
+// listWatch lists the objects of client that fieldSelector selects and hands the list to
+// onList, then watches from the list's resourceVersion (client-go's RetryWatcher, which
+// resumes a dropped watch where it was) and hands each change to onEvent, in order; when
+// the front answers 410 Gone (it compacted past that version) it lists again. It returns
+// when onList or onEvent says done or fails, or ctx ends (ctx's error).
+func (f *front) listWatch(ctx context.Context, client dynamic.ResourceInterface, fieldSelector string,
+	onList func(*unstructured.UnstructuredList) (bool, error), onEvent func(watch.Event) (bool, error)) error {
 	for {
 		list, err := client.List(ctx, metav1.ListOptions{FieldSelector: fieldSelector})
 		if err != nil {
-			return stopped(err)
+			return err
 		}
-		objs := map[string]*unstructured.Unstructured{}
-		for i := range list.Items {
-			objs[list.Items[i].GetName()] = &list.Items[i]
-		}
-		if done, err := step(objs); done || err != nil {
+		if done, err := onList(list); done || err != nil {
 			return err
 		}
 		w, err := watchtools.NewRetryWatcherWithContext(ctx, list.GetResourceVersion(), &cache.ListWatch{
@@ -215,22 +238,22 @@ func (f *front) follow(ctx context.Context, out io.Writer, timeout time.Duration
 			},
 		})
 		if err != nil {
-			return stopped(err)
+			return err
 		}
-		relist, done, err := followEvents(w, objs, step)
+		relist, done, err := watchEvents(w, onEvent)
 		w.Stop()
 		switch {
 		case done || err != nil:
 			return err
 		case !relist:
-			return stopped(ctx.Err()) // the watch ended with the context
+			return ctx.Err() // the watch ended with the context
 		}
 	}
 }
 
-// followEvents applies w's events to objs and steps after each, until step says done or
-// fails, the front answers 410 Gone (relist), or w ends.
-func followEvents(w watch.Interface, objs map[string]*unstructured.Unstructured, step func(map[string]*unstructured.Unstructured) (bool, error)) (relist, done bool, err error) {
+// watchEvents hands w's changes to onEvent until it says done or fails, the front answers
+// 410 Gone (relist), or w ends.
+func watchEvents(w watch.Interface, onEvent func(watch.Event) (bool, error)) (relist, done bool, err error) {
 	for ev := range w.ResultChan() {
 		switch ev.Type {
 		case watch.Error:
@@ -240,16 +263,7 @@ func followEvents(w watch.Interface, objs map[string]*unstructured.Unstructured,
 			}
 			return false, false, err
 		case watch.Added, watch.Modified, watch.Deleted:
-			u, ok := ev.Object.(*unstructured.Unstructured)
-			if !ok {
-				continue
-			}
-			if ev.Type == watch.Deleted {
-				delete(objs, u.GetName())
-			} else {
-				objs[u.GetName()] = u
-			}
-			if done, err := step(objs); done || err != nil {
+			if done, err := onEvent(ev); done || err != nil {
 				return false, done, err
 			}
 		}

@@ -173,9 +173,31 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	// objects and its node.
 	kubectl("create", "configmap", "kept", "--from-literal=k=v")
 	dataDir := filepath.Join(root, "clusters", "demo")
+	// ls --watch sees the park: the table, then demo's row again as it changes.
+	watchOut := filepath.Join(t.TempDir(), "ls-watch.out")
+	wf, err := os.Create(watchOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsWatch := exec.Command(cli, "ls", "--watch")
+	lsWatch.Env = append(os.Environ(), "SOCIALWEB_KCP_KUBECONFIG="+operator)
+	lsWatch.Stdout, lsWatch.Stderr = wf, wf
+	if err := lsWatch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lsWatch.Process.Kill(); lsWatch.Wait(); wf.Close() })
 	t0 = time.Now()
 	out = must("park", "demo")
 	t.Logf("park demo: %.2fs", time.Since(t0).Seconds())
+	livetest.Eventually(t, time.Minute, "ls --watch shows demo Ready, then Unavailable", func() (bool, string) {
+		b, _ := os.ReadFile(watchOut)
+		lines := strings.Split(string(b), "\n")
+		return len(lines) > 2 && strings.HasPrefix(lines[0], "NAME") && strings.Contains(lines[1], "Ready") && strings.Contains(lines[len(lines)-2], "Unavailable"), string(b)
+	})
+	lsWatch.Process.Signal(syscall.SIGINT)
+	if err := lsWatch.Wait(); err != nil {
+		t.Errorf("ls --watch after Ctrl-C: %v; want exit 0", err)
+	}
 	if !strings.Contains(out, "processes stopped, port released, data kept") || !strings.Contains(out, "cluster demo is parked") {
 		t.Errorf("park's output: %s", out)
 	}
