@@ -186,6 +186,10 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lsWatch.Process.Kill(); lsWatch.Wait(); wf.Close() })
+	livetest.Eventually(t, time.Minute, "ls --watch lists demo Ready", func() (bool, string) {
+		b, _ := os.ReadFile(watchOut)
+		return strings.Contains(string(b), "Ready"), string(b)
+	})
 	t0 = time.Now()
 	out = must("park", "demo")
 	t.Logf("park demo: %.2fs", time.Since(t0).Seconds())
