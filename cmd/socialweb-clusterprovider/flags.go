@@ -2,11 +2,12 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/spf13/pflag"
 
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/clusterstack"
@@ -23,17 +24,17 @@ type providerFlags struct {
 // variable so that the tests can point it at fakes.
 var postgresBinDir = clusterstack.DefaultPostgresBin
 
-func addDataRootFlag(fs *flag.FlagSet, dst *string) {
+func addDataRootFlag(fs *pflag.FlagSet, dst *string) {
 	fs.StringVar(dst, "data-root", envOr("SOCIALWEB_DATA_ROOT", "/var/lib/socialweb-kcp"), "where the lease book, the front and every cluster's DataDir live (env SOCIALWEB_DATA_ROOT)")
 }
 
-func addProviderFlags(fs *flag.FlagSet) *providerFlags {
+func addProviderFlags(fs *pflag.FlagSet) *providerFlags {
 	f := &providerFlags{}
 	addDataRootFlag(fs, &f.dataRoot)
 	fs.StringVar(&f.binDir, "bin-dir", envOr("SOCIALWEB_BIN_DIR", defaultBinDir()), "where kine and the Kubernetes binaries are (env SOCIALWEB_BIN_DIR)")
 	fs.StringVar(&f.ports, "port-range", envOr("SOCIALWEB_PORT_RANGE", "30000-30999"), "ports the apiservers may lease, FIRST-LAST (env SOCIALWEB_PORT_RANGE)")
 	fs.StringVar(&f.k3sBinary, "k3s-binary", "", "path to a k3s binary: runs each control plane as k3s server instead of kube-apiserver/controller-manager/scheduler (not live-tested here)")
-	fs.BoolVar(&f.verbose, "v", false, "copy every component's log to stderr")
+	fs.BoolVarP(&f.verbose, "verbose", "v", false, "copy every component's log to stderr")
 	return f
 }
 

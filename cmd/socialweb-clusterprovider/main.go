@@ -12,7 +12,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -22,24 +21,22 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/leftovers"
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
-const usage = `usage: socialweb-clusterprovider up NAME [flags]
-       socialweb-clusterprovider nodes add NAME [COUNT] | nodes rm NAME ID... | nodes ls NAME [--data-root DIR]
-       socialweb-clusterprovider serve [--front-kubeconfig FILE] [--data-root DIR] ...
+const long = `Hosts tenant Kubernetes control planes: each a process group of PostgreSQL, kine,
+kube-apiserver, kube-controller-manager, kube-scheduler and socialweb-cloud-controller-manager.
 
-Brings the tenant cluster NAME up (PostgreSQL, kine, kube-apiserver, kube-controller-manager,
-kube-scheduler, socialweb-cloud-controller-manager), prints where its kubeconfig is, and stays up until interrupted; then reaps
+"serve" makes the Clusters declared on a front real (what make run and the systemd unit run).
+"up NAME" brings one cluster up in the foreground and stays up until interrupted; then reaps
 every process in reverse order and releases its port. The cluster's data is kept in
 <data-root>/clusters/NAME unless --rm is given. While it runs, "nodes" adds simulated nodes
 (kwok guests, each Ready and initialized by the CCM before it returns) and removes them
-(drained, guest deleted, Node deleted by the CCM), through the cluster's control socket.
-
-flags:
-`
+(drained, guest deleted, Node deleted by the CCM), through the cluster's control socket.`
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -48,25 +45,25 @@ func main() {
 	}
 }
 
+// run executes one command line (cobra's, like socialweb-kcp's: flags before or after the
+// arguments, --help on every command, "completion bash|zsh|fish").
 func run(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, usage)
-		fs, _ := newFlags(stderr)
-		fs.PrintDefaults()
-		if len(args) == 0 {
-			return errors.New("no command given")
-		}
-		return nil
+	root := &cobra.Command{
+		Use:           "socialweb-clusterprovider",
+		Short:         "Host tenant Kubernetes control planes",
+		Long:          long,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.Help()
+			return errors.New("no command given (want serve, up or nodes)")
+		},
 	}
-	switch args[0] {
-	case "up":
-		return up(args[1:], stdout, stderr)
-	case "nodes":
-		return nodes(args[1:], stdout, stderr)
-	case "serve":
-		return serve(args[1:], stdout, stderr)
-	}
-	return fmt.Errorf("unknown command %q (want: up, nodes, serve)", args[0])
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(serveCmd(stdout, stderr), upCmd(stdout, stderr), nodesCmd(stdout))
+	root.SetArgs(args)
+	return root.Execute()
 }
 
 type options struct {
@@ -77,35 +74,31 @@ type options struct {
 	maxNodes, podsPerNode, nodes int
 }
 
-func newFlags(out io.Writer) (*flag.FlagSet, *options) {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	fs.SetOutput(out)
-	o := &options{providerFlags: addProviderFlags(fs)}
+func upCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "up NAME",
+		Short: "Bring cluster NAME up in the foreground; Ctrl-C reaps it in reverse order",
+		Args: func(_ *cobra.Command, a []string) error {
+			if len(a) != 1 {
+				return errors.New("up: give the cluster's NAME, for example: up demo")
+			}
+			return nil
+		},
+		RunE: func(_ *cobra.Command, a []string) error { return up(a[0], o, stdout, stderr) },
+	}
+	fs := cmd.Flags()
+	o.providerFlags = addProviderFlags(fs)
 	fs.StringVar(&o.sans, "san", "", "extra comma-separated names or IPs for the apiserver certificate")
 	fs.BoolVar(&o.rm, "rm", false, "remove the cluster's DataDir after teardown")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "bring-up deadline")
 	fs.IntVar(&o.maxNodes, "max-nodes", 0, "node quota: the CCM initializes at most this many Nodes (0: no quota)")
 	fs.IntVar(&o.podsPerNode, "pods-per-node", 0, "pods per node, published on each Node as node.socialweb.computer/pods-per-node (0: 110)")
 	fs.IntVar(&o.nodes, "nodes", 0, "simulated nodes the cluster should have once Ready (added if fewer are listed)")
-	return fs, o
+	return cmd
 }
 
-func up(args []string, stdout, stderr io.Writer) error {
-	fs, o := newFlags(stderr)
-	// Accept the name before or after the flags.
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
-	}
-	if name == "" {
-		return errors.New("up: give the cluster's NAME, for example: up demo")
-	}
+func up(name string, o *options, stdout, stderr io.Writer) error {
 	cfg, err := o.config(stderr)
 	if err != nil {
 		return err
@@ -198,28 +191,46 @@ func up(args []string, stdout, stderr io.Writer) error {
 	return errors.Join(died, err)
 }
 
-// nodes is "nodes add|rm|ls NAME ...": requests to the provider that runs NAME.
-func nodes(args []string, stdout, stderr io.Writer) error {
-	const use = "nodes add NAME [COUNT] | nodes rm NAME ID... | nodes ls NAME"
-	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataRoot := new(string)
-	addDataRootFlag(fs, dataRoot)
-	var pos []string
-	for len(args) > 0 { // positional arguments and flags in any order
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+const nodesUse = "nodes add NAME [COUNT] | nodes rm NAME ID... | nodes ls NAME"
+
+// nodesCmd is "nodes add|rm|ls NAME ...": requests to the provider that runs NAME.
+func nodesCmd(stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "Add, remove and list the simulated nodes of a cluster that up runs",
+		RunE: func(_ *cobra.Command, a []string) error {
+			if len(a) > 0 {
+				return fmt.Errorf("unknown nodes verb %q; usage: %s", a[0], nodesUse)
+			}
+			return fmt.Errorf("usage: %s", nodesUse)
+		},
 	}
-	if len(pos) < 2 {
-		return fmt.Errorf("usage: %s", use)
+	verb := func(use, short string, min int) *cobra.Command {
+		dataRoot := new(string)
+		c := &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args: func(_ *cobra.Command, a []string) error {
+				if len(a) < min {
+					return fmt.Errorf("usage: %s", nodesUse)
+				}
+				return nil
+			},
+			RunE: func(c *cobra.Command, a []string) error { return nodes(c.Name(), a[0], a[1:], *dataRoot, stdout) },
+		}
+		addDataRootFlag(c.Flags(), dataRoot)
+		return c
 	}
-	verb, name := pos[0], pos[1]
-	hc, err := controlClient(*dataRoot, name)
+	cmd.AddCommand(
+		verb("add NAME [COUNT]", "Add COUNT (1) simulated nodes, each Ready and initialized by the CCM", 1),
+		verb("rm NAME ID...", "Drain and remove nodes", 1),
+		verb("ls NAME", "List the cluster's guests", 1))
+	return cmd
+}
+
+func nodes(verb, name string, rest []string, dataRoot string, stdout io.Writer) error {
+	pos := append([]string{verb, name}, rest...)
+	hc, err := controlClient(dataRoot, name)
 	if err != nil {
 		return err
 	}
@@ -248,7 +259,7 @@ func nodes(args []string, stdout, stderr io.Writer) error {
 			out = append(out, one...)
 		}
 	default:
-		return fmt.Errorf("unknown nodes verb %q; usage: %s", verb, use)
+		return fmt.Errorf("unknown nodes verb %q; usage: %s", verb, nodesUse)
 	}
 	for _, n := range out {
 		line := fmt.Sprintf("%-28s %-6s %s", n.Name, n.NodeID, n.State)

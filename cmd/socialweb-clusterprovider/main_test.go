@@ -190,3 +190,20 @@ func TestOneLogFormat(t *testing.T) {
 		t.Errorf("--log-format xml: %v; want an error naming the flag", err)
 	}
 }
+
+// One CLI framework for both binaries: cobra's completion and help work here too.
+func TestCompletionAndHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run([]string{"completion", "bash"}, &out, &errb); err != nil || !strings.Contains(out.String(), "__start_socialweb-clusterprovider") {
+		t.Errorf("completion bash: %v; script %d bytes", err, out.Len())
+	}
+	out.Reset()
+	if err := run([]string{"serve", "--help"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--front-kubeconfig", "--metrics-address", "--log-format", "--data-root", "--port-range", "-v, --verbose"} {
+		if !strings.Contains(out.String(), flag) {
+			t.Errorf("serve --help lacks %s", flag)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -28,40 +28,56 @@ import (
 	"socialweb.computer/kcp/internal/sdnotify"
 )
 
+// serveOptions are serve's flags.
+type serveOptions struct {
+	*providerFlags
+	frontKubeconfig, logFormat, metricsAddr string
+	maxBringUps                             int
+}
+
+func serveCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Make the Clusters and Nodes declared on a front real, until SIGINT or SIGTERM",
+		Args: func(_ *cobra.Command, a []string) error {
+			if len(a) > 0 {
+				return fmt.Errorf("serve takes no arguments (got %q)", a)
+			}
+			return nil
+		},
+		RunE: func(*cobra.Command, []string) error { return serve(o, stdout, stderr) },
+	}
+	fs := cmd.Flags()
+	o.providerFlags = addProviderFlags(fs)
+	fs.StringVar(&o.frontKubeconfig, "front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
+	fs.IntVar(&o.maxBringUps, "max-bring-ups", 2, "bring-ups run at once")
+	fs.StringVar(&o.logFormat, "log-format", "text", "the log's format on stderr: text or json (client-go's log lines too)")
+	fs.StringVar(&o.metricsAddr, "metrics-address", "127.0.0.1:9464", "where /metrics, /healthz and /readyz listen (host:port; port 0 picks one)")
+	return cmd
+}
+
 // serve is the provider as a service: Clusters declared on a front are made real.
-func serve(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	pf := addProviderFlags(fs)
-	frontKubeconfig := fs.String("front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
-	maxBringUps := fs.Int("max-bring-ups", 2, "bring-ups run at once")
-	logFormat := fs.String("log-format", "text", "the log's format on stderr: text or json (client-go's log lines too)")
-	metricsAddr := fs.String("metrics-address", "127.0.0.1:9464", "where /metrics, /healthz and /readyz listen (host:port; port 0 picks one)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func serve(o *serveOptions, stdout, stderr io.Writer) error {
+	if o.maxBringUps < 1 {
+		return fmt.Errorf("--max-bring-ups: %d; want 1 or more", o.maxBringUps)
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve takes no arguments (got %q)", fs.Args())
-	}
-	if *maxBringUps < 1 {
-		return fmt.Errorf("--max-bring-ups: %d; want 1 or more", *maxBringUps)
-	}
-	log, err := newLogger(*logFormat, stderr)
+	log, err := newLogger(o.logFormat, stderr)
 	if err != nil {
 		return err
 	}
-	cfg, err := pf.config(stderr)
+	cfg, err := o.config(stderr)
 	if err != nil {
 		return err
 	}
-	lock, err := lockRoot(pf.dataRoot)
+	lock, err := lockRoot(o.dataRoot)
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
 	host, _ := os.Hostname()
 	metrics := clusterprovider.NewMetrics()
-	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: *maxBringUps, Log: log, Metrics: metrics}
+	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: o.maxBringUps, Log: log, Metrics: metrics}
 	cfg.OnEvent = loop.StepEvent
 	p, err := clusterprovider.New(cfg)
 	if err != nil {
@@ -71,7 +87,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := stopContext(stdout, p.Kill)
 	defer stop()
 
-	kubeconfig := *frontKubeconfig
+	kubeconfig := o.frontKubeconfig
 	var front *clusterprovider.Cluster
 	if kubeconfig == "" {
 		t0 := time.Now()
@@ -95,7 +111,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		kubeconfig = filepath.Join(pf.dataRoot, "operator.kubeconfig")
+		kubeconfig = filepath.Join(o.dataRoot, "operator.kubeconfig")
 		if err := atomicfile.WriteFile(kubeconfig, b, 0o600); err != nil {
 			return err
 		}
@@ -108,7 +124,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err := v1alpha1.InstallCRDs(ctx, apiextensions.NewForConfigOrDie(rc)); err != nil {
 		return fmt.Errorf("front: install the CRDs: %w", err)
 	}
-	ml, err := net.Listen("tcp", *metricsAddr)
+	ml, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return fmt.Errorf("--metrics-address: %w", err)
 	}
