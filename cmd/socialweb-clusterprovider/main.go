@@ -5,8 +5,7 @@
 //	socialweb-clusterprovider nodes rm NAME ID...      drain and remove nodes
 //	socialweb-clusterprovider nodes ls NAME            list the cluster's guests
 //	socialweb-clusterprovider serve [flags]            make the Clusters declared on a front real
-//
-// Later verbs (serve, the front) grow beside "up".
+//	socialweb-clusterprovider completion bash|zsh|fish shell completion
 package main
 
 import (
@@ -205,13 +204,13 @@ func nodesCmd(stdout io.Writer) *cobra.Command {
 			return fmt.Errorf("usage: %s", nodesUse)
 		},
 	}
-	verb := func(use, short string, min int) *cobra.Command {
+	verb := func(use, short string) *cobra.Command {
 		dataRoot := new(string)
 		c := &cobra.Command{
 			Use:   use,
 			Short: short,
 			Args: func(_ *cobra.Command, a []string) error {
-				if len(a) < min {
+				if len(a) == 0 {
 					return fmt.Errorf("usage: %s", nodesUse)
 				}
 				return nil
@@ -222,9 +221,9 @@ func nodesCmd(stdout io.Writer) *cobra.Command {
 		return c
 	}
 	cmd.AddCommand(
-		verb("add NAME [COUNT]", "Add COUNT (1) simulated nodes, each Ready and initialized by the CCM", 1),
-		verb("rm NAME ID...", "Drain and remove nodes", 1),
-		verb("ls NAME", "List the cluster's guests", 1))
+		verb("add NAME [COUNT]", "Add COUNT (1) simulated nodes, each Ready and initialized by the CCM"),
+		verb("rm NAME ID...", "Drain and remove nodes"),
+		verb("ls NAME", "List the cluster's guests"))
 	return cmd
 }
 
