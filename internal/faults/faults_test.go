@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"os"
 	"reflect"
 	"testing"
 )
@@ -49,5 +50,15 @@ func TestAShortScheduleIsAPrefixOfAShuffledRound(t *testing.T) {
 	}
 	if Schedule(7, 0, 2) != nil || Schedule(7, 3, 0) != nil {
 		t.Fatal("an empty schedule was not empty")
+	}
+}
+
+// The harness tells a component from its own children by their parent.
+func TestParentPid(t *testing.T) {
+	if got := parentPid(os.Getpid()); got != os.Getppid() {
+		t.Errorf("parentPid(self) = %d; want %d", got, os.Getppid())
+	}
+	if got := parentPid(1 << 30); got != 0 {
+		t.Errorf("parentPid(a pid that is not) = %d; want 0", got)
 	}
 }
