@@ -1,6 +1,7 @@
 package frontevents
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -71,6 +72,9 @@ func TestOperationFailed(t *testing.T) {
 	conflict := apierrors.NewConflict(schema.GroupResource{Group: "socialweb.computer", Resource: "clusters"}, "demo", errors.New("the object has been modified"))
 	if e, ok := OperationFailed("AddFinalizer", fmt.Errorf("AddFinalizer: %w", conflict)); ok {
 		t.Errorf("a conflict recorded %+v", e)
+	}
+	if e, ok := OperationFailed("BringUp", fmt.Errorf("BringUp: %w", context.Canceled)); ok {
+		t.Errorf("a stop's canceled context recorded %+v", e)
 	}
 }
 
