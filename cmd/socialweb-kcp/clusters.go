@@ -121,18 +121,14 @@ func upCmd(g *globals) *cobra.Command {
 // with goneIsDone, until the cluster is gone. A cluster deleted under a wait that is not
 // for its deletion is an error.
 func watchCluster(ctx context.Context, f *front, out io.Writer, timeout time.Duration, name, what string, goneIsDone bool, done func(v1alpha1.Cluster) (bool, error)) error {
-	seen := false
 	return f.follow(ctx, out, timeout, "cluster "+name+" "+what, clusterprovider.ClustersResource, clusterNamed(name), func(objs map[string]*unstructured.Unstructured) (map[string]progress, bool, error) {
 		u, ok := objs[name]
 		switch {
 		case !ok && goneIsDone:
 			return map[string]progress{"": {Phase: "Deleted", Message: "nodes, processes, port, data and kubeconfig Secret are gone"}}, true, nil
-		case !ok && seen:
+		case !ok: // the listing is a consistent read: the cluster is gone
 			return nil, false, fmt.Errorf("cluster %s was deleted while waiting for it to be %s", name, what)
-		case !ok:
-			return nil, false, nil // declared, and not in the first listing yet
 		}
-		seen = true
 		var c v1alpha1.Cluster
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
 			return nil, false, err

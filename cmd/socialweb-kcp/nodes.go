@@ -148,7 +148,7 @@ func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, coun
 		for _, name := range names {
 			u, ok := objs[name]
 			if !ok {
-				continue // declared, and not in the first listing yet
+				continue // deleted by someone else since: the wait runs out
 			}
 			var n v1alpha1.Node
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil {
