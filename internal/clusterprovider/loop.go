@@ -327,10 +327,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 			return 0, nil
 		}
 		if err != nil {
-			logFailure(log, "operation failed", op, err)
-			if e, ok := frontevents.OperationFailed(string(op), err); ok {
-				l.Events.Record(clusterObject(&cl), e)
-			}
+			l.failed(log, clusterObject(&cl), "operation failed", op, err)
 			l.writeStatus(ctx, &cl, st, o.Nodes, r, fmt.Errorf("%s: %w", op, err))
 			return 0, err
 		}
@@ -563,15 +560,17 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 	l.queue.Add(key)
 }
 
-// logFailure logs a failed operation: at ERROR, unless it is an expected condition that
-// the next pass retries by design (a conflict on an optimistic-concurrency write, a
-// stopping provider), which is news, not a fault.
-func logFailure[O ~string](log *slog.Logger, msg string, op O, err error) {
+// failed reports a failed operation on obj: at ERROR with a Warning Event on obj, unless
+// it is an expected condition that the next pass retries by design (a conflict on an
+// optimistic-concurrency write, a stopping provider), which is news, not a fault: an INFO
+// line and no Event.
+func (l *Loop) failed(log *slog.Logger, obj frontevents.Object, msg string, op materialiser.Op, err error) {
 	if expected(err) {
 		log.Info(msg+"; retrying", "op", string(op), "err", err)
 		return
 	}
 	log.Error(msg, "op", string(op), "err", err)
+	l.Events.Record(obj, frontevents.OperationFailed(string(op), err))
 }
 
 func expected(err error) bool {

@@ -93,10 +93,7 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 	}
 	for _, op := range r.Ops {
 		if err := l.performNode(ctx, op, &n, c, owner); err != nil {
-			logFailure(log, "node operation failed", op, err)
-			if e, ok := frontevents.OperationFailed(string(op), err); ok {
-				l.Events.Record(nodeObject(&n), e)
-			}
+			l.failed(log, nodeObject(&n), "node operation failed", op, err)
 			status.Message = fmt.Sprintf("%s: %v", op, err)
 			l.writeNodeStatus(ctx, &n, status)
 			return 0, err

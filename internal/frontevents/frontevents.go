@@ -6,12 +6,9 @@
 package frontevents
 
 import (
-	"context"
-	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Event is one Event to record: its type (Normal or Warning), CamelCase reason and message.
@@ -57,12 +54,9 @@ func ForNode(was, phase, reason, message string) (Event, bool) {
 }
 
 // OperationFailed is the Warning for an operation (BringUp, Stop, AddGuest, ...) that
-// failed with err; the provider retries it with backoff. None for a conflict (another
-// writer changed the object first; the next pass acts on the new one) or a canceled
-// context (the provider is stopping): an operator has nothing to look at.
-func OperationFailed(op string, err error) (Event, bool) {
-	if apierrors.IsConflict(err) || errors.Is(err, context.Canceled) {
-		return Event{}, false
-	}
-	return Event{corev1.EventTypeWarning, op + "Failed", fmt.Sprintf("%s failed: %v; the provider retries with backoff", op, err)}, true
+// failed with err; the provider retries it with backoff. The caller decides whether a
+// failure is an operator's concern at all (clusterprovider's expected: not a conflict,
+// not a stop).
+func OperationFailed(op string, err error) Event {
+	return Event{corev1.EventTypeWarning, op + "Failed", fmt.Sprintf("%s failed: %v; the provider retries with backoff", op, err)}
 }
