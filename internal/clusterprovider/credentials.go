@@ -40,7 +40,13 @@ const (
 // EnsureCredentials mints whatever of the cluster's credentials is missing, so a restart
 // reuses what exists. The CA is minted only when neither its certificate nor its key exists:
 // a half-present CA is an error, not a reason to re-mint and orphan every issued credential.
-func EnsureCredentials(s clusterstack.Spec, sans []string) error {
+//
+// sans are the extra names and addresses the apiserver's serving certificate must carry; a
+// certificate that lacks one (the front door was turned on, an address added) is minted
+// again, signed by the same CA, so no client's trust changes. tenantURL is the server the
+// tenant's kubeconfig names ("" means the apiserver's own loopback URL): the front door's
+// name for the cluster when there is one.
+func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string) error {
 	l := s.Layout()
 	ca, err := ensureCA(l.CACert(), l.CAKey(), s.Name+"-ca")
 	if err != nil {
@@ -59,7 +65,13 @@ func EnsureCredentials(s clusterstack.Spec, sans []string) error {
 			dns = append(dns, n)
 		}
 	}
-	if err := ensureLeaf(ca, l.APIServerCert(), l.APIServerKey(), pki.Leaf{CommonName: "kube-apiserver", Server: true, DNSNames: dns, IPs: ips}); err != nil {
+	serving := pki.Leaf{CommonName: "kube-apiserver", Server: true, DNSNames: dns, IPs: ips}
+	if b, err := os.ReadFile(l.APIServerCert()); err == nil && !pki.Covers(b, dns, ips) {
+		if err := os.Remove(l.APIServerCert()); err != nil {
+			return err
+		}
+	}
+	if err := ensureLeaf(ca, l.APIServerCert(), l.APIServerKey(), serving); err != nil {
 		return err
 	}
 	if err := ensureLeaf(fp, l.FrontProxyClientCert(), l.FrontProxyClientKey(), pki.Leaf{CommonName: "front-proxy-client"}); err != nil {
@@ -96,8 +108,15 @@ func EnsureCredentials(s clusterstack.Spec, sans []string) error {
 		{l.CloudControllerManagerKubeconfig(), pki.Leaf{CommonName: CloudControllerManagerUser}},
 		{l.KwokKubeconfig(), pki.Leaf{CommonName: KwokUser}},
 	}
+	if tenantURL == "" {
+		tenantURL = s.URL()
+	}
 	for _, k := range kubeconfigs {
-		if err := ensureKubeconfig(s, ca, k.path, k.leaf); err != nil {
+		server := s.URL() // the provider's own clients go straight to the apiserver
+		if k.path == l.TenantKubeconfig() {
+			server = tenantURL
+		}
+		if err := ensureKubeconfig(s.Name, server, ca, k.path, k.leaf); err != nil {
 			return err
 		}
 	}
@@ -119,16 +138,17 @@ func EnsureCredentials(s clusterstack.Spec, sans []string) error {
 }
 
 // ensureKubeconfig (re)writes path when it is missing or names another server (the port
-// lease can change between runs when the book was lost); the client key is kept otherwise.
-func ensureKubeconfig(s clusterstack.Spec, ca *pki.CA, path string, leaf pki.Leaf) error {
-	if b, err := os.ReadFile(path); err == nil && kubeconfigServer(b) == s.URL() {
+// lease can change between runs when the book was lost, the front door be turned on or
+// off); the client key is kept otherwise.
+func ensureKubeconfig(cluster, server string, ca *pki.CA, path string, leaf pki.Leaf) error {
+	if b, err := os.ReadFile(path); err == nil && kubeconfigServer(b) == server {
 		return nil
 	}
 	cert, key, err := ca.Issue(leaf)
 	if err != nil {
 		return err
 	}
-	kc, err := pki.Kubeconfig(s.Name, s.URL(), ca.CertPEM, cert, key)
+	kc, err := pki.Kubeconfig(cluster, server, ca.CertPEM, cert, key)
 	if err != nil {
 		return err
 	}

@@ -87,6 +87,17 @@ type Loop struct {
 
 	mu    sync.Mutex
 	state map[string]*runState // by namespace/name
+	// changed is closed, and replaced, each time a group changes (under mu): what the
+	// front door's held connections wait on (Address).
+	changed chan struct{}
+}
+
+// signalLocked wakes whoever waits on a group change. l.mu is held.
+func (l *Loop) signalLocked() {
+	if l.changed != nil {
+		close(l.changed)
+	}
+	l.changed = make(chan struct{})
 }
 
 // Serving says whether the loop is serving: its informers have synced with the front and
@@ -117,7 +128,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		l.Metrics = NewMetrics()
 	}
 	l.slots = make(chan struct{}, l.MaxBringUps)
-	l.state = map[string]*runState{}
+	l.mu.Lock() // Address may already be asked (the front door serves beside the loop)
+	l.state, l.changed = map[string]*runState{}, make(chan struct{})
+	l.mu.Unlock()
 	l.runCtx = ctx
 	l.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	l.nodeQueue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
@@ -446,6 +459,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 	case materialiser.OpBringUp:
 		l.mu.Lock()
 		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), nil
+		l.signalLocked()
 		l.mu.Unlock()
 		l.bringUps.Add(1)
 		go l.bringUp(key, cl.Name, cl.Namespace, NodePolicy{MaxNodes: int(cl.Spec.MaxNodes), PodsPerNode: int(cl.Spec.PodsPerNode)})
@@ -468,6 +482,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		}
 		l.mu.Lock()
 		st.cluster, st.group = nil, materialiser.GroupAbsent
+		l.signalLocked()
 		l.mu.Unlock()
 		return nil
 	case materialiser.OpRemoveNodes:
@@ -516,6 +531,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 		st := l.st(key)
 		l.mu.Lock()
 		st.group = materialiser.GroupAbsent // nothing started
+		l.signalLocked()
 		l.mu.Unlock()
 		return
 	}
@@ -549,6 +565,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 				if st.cluster == c {
 					st.group, st.failedStep, st.reason, st.attempts = materialiser.GroupExited, ex.Step.String(), fmt.Sprint(ex.Err), st.attempts+1
 					l.Metrics.restarts.WithLabelValues(ex.Step.String()).Inc()
+					l.signalLocked()
 				}
 				l.mu.Unlock()
 				l.queue.Add(key)
@@ -556,6 +573,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 			}
 		}()
 	}
+	l.signalLocked()
 	l.mu.Unlock()
 	l.queue.Add(key)
 }

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/logfile"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
@@ -35,6 +38,11 @@ type Config struct {
 	PostgresBin string // "" means clusterstack.DefaultPostgresBin
 	Ports       portallocator.Range
 	SANs        []string // extra names for every apiserver's serving certificate
+	// FrontDoor, when it has a base domain, is how tenants and guests reach the tenant
+	// apiservers: through one listener that routes by TLS server name (internal/frontdoor).
+	// Each serving certificate then carries the cluster's front-door names, and the
+	// tenant's kubeconfig and the guests' join material name the front door.
+	FrontDoor FrontDoor
 	// K3sBinary, when set, runs each tenant's control plane as "k3s server" (the k3s
 	// flavour, clusterstack.Spec.K3sBinary) instead of kube-apiserver, the controller-manager
 	// and the scheduler. The front stays kube-apiserver and kube-controller-manager.
@@ -50,6 +58,21 @@ type Config struct {
 	MaxNodes    int
 	PodsPerNode int
 	NodeResync  time.Duration
+}
+
+// FrontDoor is where the front door serves tenants.
+type FrontDoor struct {
+	Names frontdoor.Names
+	Port  int // the port clients dial: the listener's, or a port forwarded to it
+}
+
+// URL is cluster's apiserver as seen through the front door; "" when it is off.
+func (f FrontDoor) URL(cluster string) string {
+	names := f.Names.Of(cluster)
+	if f.Names.BaseDomain == "" || len(names) == 0 {
+		return ""
+	}
+	return "https://" + net.JoinHostPort(names[0], strconv.Itoa(f.Port))
 }
 
 // InstallHint is what a missing binary's error tells the operator to run.
@@ -327,14 +350,21 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	if err := EnsureCredentials(s, p.cfg.SANs); err != nil {
+	sans, url := p.cfg.SANs, s.URL()
+	if !s.Front { // the front is the operator's, never behind the tenants' door
+		sans = append(slices.Clone(sans), p.cfg.FrontDoor.Names.Of(name)...)
+		if u := p.cfg.FrontDoor.URL(name); u != "" {
+			url = u
+		}
+	}
+	if err := EnsureCredentials(s, sans, url); err != nil {
 		return nil, fmt.Errorf("cluster %s: credentials: %w", name, err)
 	}
 	admin, err := adminClient(l.AdminKubeconfig())
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: s.URL(), TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{})}
+	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{})}
 	steps, err := StepsFor(StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter})
 	if err != nil {
 		c.closeLogs()

@@ -218,11 +218,11 @@ func TestTheK3sFlavourNeedsItsOwnBinaries(t *testing.T) {
 func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {
 	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), APIServerPort: 30001}
 	os.MkdirAll(s.Layout().PKIDir(), 0o700)
-	if err := EnsureCredentials(s, []string{"demo.example", "10.0.0.1"}); err != nil {
+	if err := EnsureCredentials(s, []string{"demo.example", "10.0.0.1"}, ""); err != nil {
 		t.Fatal(err)
 	}
 	ca1, _ := os.ReadFile(s.Layout().CACert())
-	if err := EnsureCredentials(s, nil); err != nil {
+	if err := EnsureCredentials(s, nil, ""); err != nil {
 		t.Fatal(err)
 	}
 	ca2, _ := os.ReadFile(s.Layout().CACert())
@@ -249,7 +249,7 @@ func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {
 		t.Fatalf("kubelet client certificate: CN %q, O %v, usages %v, signed by the CA: %v", kc.Subject.CommonName, kc.Subject.Organization, kc.ExtKeyUsage, kc.CheckSignatureFrom(ca))
 	}
 	os.Remove(s.Layout().CAKey())
-	if err := EnsureCredentials(s, nil); err == nil {
+	if err := EnsureCredentials(s, nil, ""); err == nil {
 		t.Fatal("a CA with its key missing was silently re-minted")
 	}
 }
@@ -294,7 +294,7 @@ func pemBody(s string) []string {
 func TestNoBuilderPutsASecretOnArgv(t *testing.T) {
 	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), BinDir: "/opt/bin", APIServerPort: 30001, K3sBinary: "/opt/k3s"}
 	os.MkdirAll(s.Layout().PKIDir(), 0o700)
-	if err := EnsureCredentials(s, nil); err != nil {
+	if err := EnsureCredentials(s, nil, ""); err != nil {
 		t.Fatal(err)
 	}
 	secrets := secretsOf(t, s.Layout())

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -127,6 +129,31 @@ func (ca *CA) Issue(leaf Leaf) (certPEM, keyPEM []byte, err error) {
 		return nil, nil, err
 	}
 	return pemBlock("CERTIFICATE", der), keyPEM, nil
+}
+
+// Covers says whether certPEM is a certificate that names every one of dns and ips, so
+// that a client dialling any of them can verify it. An unreadable certificate covers
+// nothing: the caller mints a new one.
+func Covers(certPEM []byte, dns []string, ips []net.IP) bool {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return false
+	}
+	for _, d := range dns {
+		if !slices.ContainsFunc(cert.DNSNames, func(n string) bool { return strings.EqualFold(n, d) }) {
+			return false
+		}
+	}
+	for _, ip := range ips {
+		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	return true
 }
 
 // NewKeyPair mints a signing key pair (the service-account key): PKCS#8 private, PKIX public.

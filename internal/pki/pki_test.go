@@ -55,6 +55,32 @@ func TestServerCertCarriesSANs(t *testing.T) {
 	}
 }
 
+func TestCoversSaysWhetherEveryNameIsOnTheCertificate(t *testing.T) {
+	ca, _ := NewCA("ca")
+	certPEM, _, err := ca.Issue(Leaf{CommonName: "kube-apiserver", Server: true, DNSNames: []string{"localhost", "demo.kcp.example"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := []net.IP{net.ParseIP("127.0.0.1")}
+	for _, tc := range []struct {
+		dns  []string
+		ips  []net.IP
+		want bool
+	}{
+		{nil, nil, true},
+		{[]string{"localhost", "DEMO.kcp.example"}, lo, true},
+		{[]string{"localhost", "other.kcp.example"}, lo, false}, // the front door's name for another cluster
+		{[]string{"localhost"}, []net.IP{net.ParseIP("10.0.0.1")}, false},
+	} {
+		if got := Covers(certPEM, tc.dns, tc.ips); got != tc.want {
+			t.Errorf("Covers(%v, %v) = %v, want %v", tc.dns, tc.ips, got, tc.want)
+		}
+	}
+	if Covers([]byte("not a certificate"), nil, nil) {
+		t.Error("an unreadable certificate covers nothing")
+	}
+}
+
 func TestCARoundTripAndKubeconfig(t *testing.T) {
 	ca, _ := NewCA("ca")
 	again, err := LoadCA(ca.CertPEM, ca.KeyPEM)

@@ -1,0 +1,58 @@
+package clusterprovider
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"k8s.io/client-go/tools/cache"
+
+	"socialweb.computer/kcp/internal/frontdoor"
+	"socialweb.computer/kcp/internal/materialiser"
+)
+
+var _ frontdoor.Backends = (*Loop)(nil)
+
+// Address is the front door's Backends: where the apiserver of the cluster named name
+// listens now. A connection for a cluster whose bring-up is under way is held until it
+// ends (or ctx does); one for a cluster this provider runs no group of (parked, failed,
+// exited) is refused as unavailable, with the group's state; a name no Cluster here has
+// is frontdoor.ErrUnknownCluster.
+func (l *Loop) Address(ctx context.Context, name string) (string, error) {
+	for {
+		l.mu.Lock()
+		addr, wait, err := l.addressLocked(name)
+		l.mu.Unlock()
+		if wait == nil {
+			return addr, err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return "", fmt.Errorf("cluster %s: still starting: %w", name, ctx.Err())
+		}
+	}
+}
+
+// addressLocked decides Address from the state: an address, a channel to wait on, or an
+// error. l.mu is held.
+func (l *Loop) addressLocked(name string) (string, <-chan struct{}, error) {
+	known := false
+	for key, st := range l.state {
+		if _, n, _ := cache.SplitMetaNamespaceKey(key); n != name {
+			continue
+		}
+		known = true
+		switch {
+		case st.group == materialiser.GroupUp && st.cluster != nil:
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(st.cluster.Port)), nil, nil
+		case st.group == materialiser.GroupStarting:
+			return "", l.changed, nil
+		}
+	}
+	if !known {
+		return "", nil, fmt.Errorf("cluster %s: %w", name, frontdoor.ErrUnknownCluster)
+	}
+	return "", nil, fmt.Errorf("cluster %s is not running", name)
+}

@@ -1,0 +1,125 @@
+package clusterprovider
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/frontdoor"
+	"socialweb.computer/kcp/internal/materialiser"
+)
+
+func TestTheFrontDoorFindsARunningClusterAndWaitsForOneStarting(t *testing.T) {
+	l := &Loop{state: map[string]*runState{
+		"team-a/web":   {group: materialiser.GroupUp, cluster: &Cluster{Name: "web", Port: 31001}},
+		"team-b/web":   {group: materialiser.GroupAbsent}, // the same name elsewhere: NameTaken
+		"team-a/db":    {group: materialiser.GroupStarting},
+		"team-a/cache": {group: materialiser.GroupFailed},
+	}, changed: make(chan struct{})}
+	ctx := context.Background()
+	if addr, err := l.Address(ctx, "web"); err != nil || addr != "127.0.0.1:31001" {
+		t.Errorf("Address(web) = %q, %v; want 127.0.0.1:31001", addr, err)
+	}
+	if _, err := l.Address(ctx, "nope"); !errors.Is(err, frontdoor.ErrUnknownCluster) {
+		t.Errorf("Address(nope) = %v, want ErrUnknownCluster", err)
+	}
+	if _, err := l.Address(ctx, "cache"); err == nil || errors.Is(err, frontdoor.ErrUnknownCluster) || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("Address(cache), a failed bring-up: %v, want not running", err)
+	}
+
+	got := make(chan string, 1)
+	go func() {
+		addr, err := l.Address(ctx, "db")
+		if err != nil {
+			addr = err.Error()
+		}
+		got <- addr
+	}()
+	select {
+	case a := <-got:
+		t.Fatalf("Address(db) answered %q while db was starting", a)
+	case <-time.After(50 * time.Millisecond): // not a synchronisation: a check that it waits
+	}
+	l.mu.Lock()
+	st := l.state["team-a/db"]
+	st.group, st.cluster = materialiser.GroupUp, &Cluster{Name: "db", Port: 31002}
+	l.signalLocked()
+	l.mu.Unlock()
+	if a := <-got; a != "127.0.0.1:31002" {
+		t.Errorf("Address(db) once up = %q", a)
+	}
+
+	l.state["team-a/db"].group = materialiser.GroupStarting
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if _, err := l.Address(short, "db"); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "still starting") {
+		t.Errorf("Address(db) past its deadline = %v", err)
+	}
+}
+
+func TestTheFrontDoorURL(t *testing.T) {
+	off := FrontDoor{}
+	if u := off.URL("web"); u != "" {
+		t.Errorf("off: %q", u)
+	}
+	on := FrontDoor{Names: frontdoor.Names{BaseDomain: "kcp.example"}, Port: 6443}
+	if u := on.URL("web"); u != "https://web.kcp.example:6443" {
+		t.Errorf("on: %q", u)
+	}
+}
+
+// Turning the front door on for a cluster minted without it: its serving certificate is
+// minted again with the new name, by the same CA, and only the tenant's kubeconfig names
+// the front door; the provider's own clients keep going straight to the apiserver.
+func TestTurningTheFrontDoorOnReissuesTheServingCertificate(t *testing.T) {
+	s := clusterstackSpec(t)
+	if err := EnsureCredentials(s, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	ca1, _ := os.ReadFile(s.Layout().CACert())
+	if err := EnsureCredentials(s, []string{"demo.kcp.example"}, "https://demo.kcp.example:6443"); err != nil {
+		t.Fatal(err)
+	}
+	ca2, _ := os.ReadFile(s.Layout().CACert())
+	if !bytes.Equal(ca1, ca2) {
+		t.Fatal("turning the front door on re-minted the CA")
+	}
+	cert, err := x509Cert(s.Layout().APIServerCert())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cert.VerifyHostname("demo.kcp.example"); err != nil {
+		t.Errorf("serving certificate: %v", err)
+	}
+	if err := cert.VerifyHostname("127.0.0.1"); err != nil {
+		t.Errorf("serving certificate lost loopback: %v", err)
+	}
+	for path, want := range map[string]string{s.Layout().TenantKubeconfig(): "https://demo.kcp.example:6443", s.Layout().AdminKubeconfig(): s.URL()} {
+		b, _ := os.ReadFile(path)
+		if got := kubeconfigServer(b); got != want {
+			t.Errorf("%s names %q, want %q", filepath.Base(path), got, want)
+		}
+	}
+	// Nothing changes on a second pass with the same names.
+	before, _ := os.ReadFile(s.Layout().APIServerCert())
+	if err := EnsureCredentials(s, []string{"demo.kcp.example"}, "https://demo.kcp.example:6443"); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(s.Layout().APIServerCert()); !bytes.Equal(before, after) {
+		t.Error("a second pass with the same names re-minted the serving certificate")
+	}
+}
+
+func clusterstackSpec(t *testing.T) clusterstack.Spec {
+	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), APIServerPort: 30001}
+	if err := os.MkdirAll(s.Layout().PKIDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
