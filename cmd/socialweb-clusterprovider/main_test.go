@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -59,6 +60,11 @@ func TestBadInvocationsNameWhatIsWrong(t *testing.T) {
 		{[]string{"up", "demo", "--pods-per-node", "-5"}, "--pods-per-node"},
 		{[]string{"up", "Bad_Name", "--data-root", "DATA", "--bin-dir", "/nonexistent"}, "cluster name"},
 		{[]string{"up", "demo", "--data-root", "DATA", "--bin-dir", "/nonexistent"}, "/nonexistent/kine is missing"},
+		{[]string{"serve", "--data-root", "DATA", "--front-door", "127.0.0.1:0"}, "--front-door needs --base-domain"},
+		{[]string{"serve", "--data-root", "DATA", "--base-domain", "kcp.example"}, "--base-domain and --front-door-port need --front-door"},
+		{[]string{"serve", "--data-root", "DATA", "--front-door", "127.0.0.1:0", "--base-domain", "Kcp_Example"}, "--base-domain: base domain \"Kcp_Example\""},
+		{[]string{"serve", "--data-root", "DATA", "--front-door", "127.0.0.1:0", "--base-domain", "kcp.example", "--front-door-port", "70000"}, "--front-door-port"},
+		{[]string{"serve", "--data-root", "DATA", "--front-door", "256.0.0.1:6443", "--base-domain", "kcp.example"}, "--front-door: listen tcp"},
 	} {
 		var out, errb bytes.Buffer
 		args := make([]string, len(tc.args))
@@ -204,6 +210,31 @@ func TestCompletionAndHelp(t *testing.T) {
 	for _, flag := range []string{"--front-kubeconfig", "--metrics-address", "--log-format", "--data-root", "--port-range", "-v, --verbose"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("serve --help lacks %s", flag)
+		}
+	}
+}
+
+// A front door that cannot be had stops serve before anything is made: no data root, no
+// lock, nothing started. The address in use is the case an operator meets most.
+func TestABadFrontDoorChangesNothing(t *testing.T) {
+	bin, _ := fakeInstall(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, flags := range [][]string{
+		{"--front-door", taken.Addr().String(), "--base-domain", "kcp.example"},
+		{"--front-door", "127.0.0.1:0", "--base-domain", "localhost"},
+	} {
+		root := filepath.Join(t.TempDir(), "root")
+		var out, errb bytes.Buffer
+		err := run(append([]string{"serve", "--data-root", root, "--bin-dir", bin, "--metrics-address", "127.0.0.1:0"}, flags...), &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), flags[0]) && !strings.Contains(err.Error(), flags[2]) {
+			t.Errorf("serve %q = %v; want an error naming the flag", flags, err)
+		}
+		if _, err := os.Stat(root); !os.IsNotExist(err) {
+			t.Errorf("serve %q made its data root (%v)", flags, err)
 		}
 	}
 }

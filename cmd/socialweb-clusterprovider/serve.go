@@ -24,6 +24,7 @@ import (
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/frontevents"
 	"socialweb.computer/kcp/internal/sdnotify"
 )
@@ -33,6 +34,9 @@ type serveOptions struct {
 	*providerFlags
 	frontKubeconfig, logFormat, metricsAddr string
 	maxBringUps                             int
+	// The front door: one listener for every tenant apiserver, routed by TLS server name.
+	frontDoorAddr, baseDomain string
+	frontDoorPort             int
 }
 
 func serveCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -54,6 +58,9 @@ func serveCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.IntVar(&o.maxBringUps, "max-bring-ups", 2, "bring-ups run at once")
 	fs.StringVar(&o.logFormat, "log-format", "text", "the log's format on stderr: text or json (client-go's log lines too)")
 	fs.StringVar(&o.metricsAddr, "metrics-address", "127.0.0.1:9464", "where /metrics, /healthz and /readyz listen (host:port; port 0 picks one)")
+	fs.StringVar(&o.frontDoorAddr, "front-door", "", "serve every tenant apiserver on this one address (host:port, such as 0.0.0.0:6443), routed by TLS server name <cluster>.<base-domain>; needs --base-domain")
+	fs.StringVar(&o.baseDomain, "base-domain", "", "the DNS domain under which each cluster is <cluster>.<base-domain> at the front door")
+	fs.IntVar(&o.frontDoorPort, "front-door-port", 0, "the port tenants dial, when it is not the front door's own (a port forwarded to it); 0: the front door's")
 	return cmd
 }
 
@@ -69,6 +76,16 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	cfg, err := o.config(stderr)
 	if err != nil {
 		return err
+	}
+	// The front door's address is bound before anything changes on disk or starts: a
+	// port that cannot be had stops serve here, with nothing to undo.
+	doorLn, err := o.listenFrontDoor()
+	if err != nil {
+		return err
+	}
+	if doorLn != nil {
+		defer doorLn.Close()
+		cfg.FrontDoor = o.frontDoor(doorLn)
 	}
 	lock, err := lockRoot(o.dataRoot)
 	if err != nil {
@@ -145,6 +162,20 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- loop.Run(loopCtx) }()
+	if doorLn != nil {
+		door := &frontdoor.Server{Names: cfg.FrontDoor.Names, Backends: loop, Metrics: frontdoor.NewMetrics(metrics.Registry), Log: log}
+		doorDone := make(chan error, 1)
+		go func() { doorDone <- door.Serve(loopCtx, doorLn) }()
+		// The front door stops with the loop (its connections closed as the clusters
+		// behind them begin to stop), and serve returns only once it has.
+		defer func() {
+			cancel()
+			if err := <-doorDone; err != nil {
+				log.Error("front door", "err", err)
+			}
+		}()
+		fmt.Fprintf(stdout, "front door: %s; a cluster NAME is at https://NAME.%s:%d\n", doorLn.Addr(), cfg.FrontDoor.Names.BaseDomain, cfg.FrontDoor.Port)
+	}
 	var died error
 	if front != nil {
 		select {
@@ -174,6 +205,38 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		err = confirmStopped(p.Leftovers, stdout, "stopped; nothing is running")
 	}
 	return errors.Join(died, err)
+}
+
+// listenFrontDoor checks the front door's flags together and binds its address; nil when
+// it is off. Every error names the flag to change.
+func (o *serveOptions) listenFrontDoor() (net.Listener, error) {
+	switch {
+	case o.frontDoorAddr == "" && o.baseDomain == "" && o.frontDoorPort == 0:
+		return nil, nil
+	case o.frontDoorAddr == "":
+		return nil, errors.New("--base-domain and --front-door-port need --front-door: the address the front door listens on (such as 0.0.0.0:6443)")
+	case o.baseDomain == "":
+		return nil, errors.New("--front-door needs --base-domain: the domain under which clusters are named (such as kcp.example)")
+	case o.frontDoorPort < 0 || o.frontDoorPort > 65535:
+		return nil, fmt.Errorf("--front-door-port: %d; want a port, 1-65535 (or 0 for the front door's own)", o.frontDoorPort)
+	}
+	if err := frontdoor.ValidateBaseDomain(o.baseDomain); err != nil {
+		return nil, fmt.Errorf("--base-domain: %w", err)
+	}
+	ln, err := net.Listen("tcp", o.frontDoorAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--front-door: %w", err)
+	}
+	return ln, nil
+}
+
+// frontDoor is the provider's view of the front door listening on ln.
+func (o *serveOptions) frontDoor(ln net.Listener) clusterprovider.FrontDoor {
+	port := o.frontDoorPort
+	if port == 0 {
+		port = ln.Addr().(*net.TCPAddr).Port
+	}
+	return clusterprovider.FrontDoor{Names: frontdoor.Names{BaseDomain: o.baseDomain}, Port: port}
 }
 
 // addHealth serves the provider's own health, as Kubernetes components answer theirs:
