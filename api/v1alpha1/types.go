@@ -27,6 +27,7 @@ const (
 	PhaseReady        = "Ready"
 	PhaseUnavailable  = "Unavailable"
 	PhaseDraining     = "Draining"
+	PhaseSleeping     = "Sleeping"
 )
 
 // Node phases (status.phase).
@@ -55,6 +56,10 @@ type ClusterSpec struct {
 	MaxNodes int32 `json:"maxNodes,omitempty"`
 	// PodsPerNode is published on each Node; default 110.
 	PodsPerNode int32 `json:"podsPerNode,omitempty"`
+	// SleepAfter, when set, sleeps the cluster after that long without a request through
+	// the front door (processes stopped, port released, data kept); the first request
+	// wakes it. Unset: the provider's default (serve --sleep-after), off unless given.
+	SleepAfter *metav1.Duration `json:"sleepAfter,omitempty"`
 }
 
 // ClusterStatus is what the provider reports, through the status subresource.
@@ -64,6 +69,11 @@ type ClusterStatus struct {
 	Instance   string             `json:"instance,omitempty"` // which provider runs it
 	Nodes      int32              `json:"nodes"`
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastActive is when the cluster last had a request through the front door, written
+	// when it falls asleep.
+	LastActive *metav1.Time `json:"lastActive,omitempty"`
+	// LastWake is how long its last wake took, from the first request held to Ready.
+	LastWake string `json:"lastWake,omitempty"`
 }
 
 // Node is one guest of a Cluster.

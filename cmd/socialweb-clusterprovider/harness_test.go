@@ -42,7 +42,13 @@ func eventually(t *testing.T, within time.Duration, what string, check func() (b
 // returns it with a kubectl bound to its operator kubeconfig and its /metrics URL.
 func startServe(t *testing.T, exe, bin, root, ports string) (*running, func(args ...string) string, string) {
 	t.Helper()
-	r, op, metricsURL := livetest.Serve(t, exe, bin, root, ports)
+	return startServeWith(t, exe, bin, root, ports)
+}
+
+// startServeWith is startServe with more of serve's flags.
+func startServeWith(t *testing.T, exe, bin, root, ports string, flags ...string) (*running, func(args ...string) string, string) {
+	t.Helper()
+	r, op, metricsURL := livetest.Serve(t, exe, bin, root, ports, flags...)
 	return r, func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", op}, args...)...).CombinedOutput()

@@ -37,6 +37,7 @@ type serveOptions struct {
 	// The front door: one listener for every tenant apiserver, routed by TLS server name.
 	frontDoorAddr, baseDomain string
 	frontDoorPort             int
+	sleepAfter                time.Duration
 }
 
 func serveCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -60,6 +61,7 @@ func serveCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.metricsAddr, "metrics-address", "127.0.0.1:9464", "where /metrics, /healthz and /readyz listen (host:port; port 0 picks one)")
 	fs.StringVar(&o.frontDoorAddr, "front-door", "", "serve every tenant apiserver on this one address (host:port, such as 0.0.0.0:6443), routed by TLS server name <cluster>.<base-domain>; needs --base-domain")
 	fs.StringVar(&o.baseDomain, "base-domain", "", "the DNS domain under which each cluster is <cluster>.<base-domain> at the front door")
+	fs.DurationVar(&o.sleepAfter, "sleep-after", 0, "sleep a cluster that sets no spec.sleepAfter after this long without a request through the front door (such as 15m); 0: never. Needs --front-door, which wakes it")
 	fs.IntVar(&o.frontDoorPort, "front-door-port", 0, "the port tenants dial, when it is not the front door's own (a port forwarded to it); 0: the front door's")
 	return cmd
 }
@@ -156,14 +158,18 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	loop.Events = frontevents.NewRecorder(loop.Core, "socialweb-clusterprovider", host)
 	defer loop.Events.Shutdown() // after the loop's end: its stop records too
 	loop.OnServing = func() { notify(loop.Log, sdnotify.Ready+"\nSTATUS=serving Clusters") }
+	var door *frontdoor.Server
+	if doorLn != nil {
+		door = &frontdoor.Server{Names: cfg.FrontDoor.Names, Backends: loop, Metrics: frontdoor.NewMetrics(metrics.Registry), Log: log}
+		loop.Activity, loop.SleepAfter = door, o.sleepAfter
+	}
 	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- loop.Run(loopCtx) }()
-	if doorLn != nil {
-		door := &frontdoor.Server{Names: cfg.FrontDoor.Names, Backends: loop, Metrics: frontdoor.NewMetrics(metrics.Registry), Log: log}
+	if door != nil {
 		doorDone := make(chan error, 1)
 		go func() { doorDone <- door.Serve(loopCtx, doorLn) }()
 		// The front door stops with the loop (its connections closed as the clusters
@@ -211,10 +217,12 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 // it is off. Every error names the flag to change.
 func (o *serveOptions) listenFrontDoor() (net.Listener, error) {
 	switch {
-	case o.frontDoorAddr == "" && o.baseDomain == "" && o.frontDoorPort == 0:
+	case o.frontDoorAddr == "" && o.baseDomain == "" && o.frontDoorPort == 0 && o.sleepAfter == 0:
 		return nil, nil
 	case o.frontDoorAddr == "":
-		return nil, errors.New("--base-domain and --front-door-port need --front-door: the address the front door listens on (such as 0.0.0.0:6443)")
+		return nil, errors.New("--base-domain, --front-door-port and --sleep-after need --front-door: the address the front door listens on (such as 0.0.0.0:6443)")
+	case o.sleepAfter < 0:
+		return nil, fmt.Errorf("--sleep-after: %s; want a duration of 0 (never) or more", o.sleepAfter)
 	case o.baseDomain == "":
 		return nil, errors.New("--front-door needs --base-domain: the domain under which clusters are named (such as kcp.example)")
 	case o.frontDoorPort < 0 || o.frontDoorPort > 65535:

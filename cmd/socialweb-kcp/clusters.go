@@ -360,6 +360,15 @@ func describeCluster(w io.Writer, c v1alpha1.Cluster, now time.Time) {
 	fmt.Fprintf(tw, "Nodes:\t%d (quota %s, %d pods per node)\n", c.Status.Nodes, quota, c.Spec.PodsPerNode)
 	fmt.Fprintf(tw, "Instance:\t%s\n", orDash(c.Status.Instance))
 	fmt.Fprintf(tw, "Age:\t%s\n", Age(now.Sub(c.CreationTimestamp.Time)))
+	if c.Spec.SleepAfter != nil {
+		fmt.Fprintf(tw, "Sleep after:\t%s without a request through the front door\n", c.Spec.SleepAfter.Duration)
+	}
+	if c.Status.LastActive != nil {
+		fmt.Fprintf(tw, "Last active:\t%s ago\n", Age(now.Sub(c.Status.LastActive.Time)))
+	}
+	if c.Status.LastWake != "" {
+		fmt.Fprintf(tw, "Last wake:\t%s\n", c.Status.LastWake)
+	}
 	if cond := meta.FindStatusCondition(c.Status.Conditions, "Ready"); cond != nil {
 		fmt.Fprintf(tw, "Ready:\t%s %s, %s ago: %s\n", cond.Status, cond.Reason, Age(now.Sub(cond.LastTransitionTime.Time)), cond.Message)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 
@@ -16,9 +17,9 @@ var _ frontdoor.Backends = (*Loop)(nil)
 
 // Address is the front door's Backends: where the apiserver of the cluster named name
 // listens now. A connection for a cluster whose bring-up is under way is held until it
-// ends (or ctx does); one for a cluster this provider runs no group of (parked, failed,
-// exited) is refused as unavailable, with the group's state; a name no Cluster here has
-// is frontdoor.ErrUnknownCluster.
+// ends (or ctx does); one for a sleeping cluster asks it to wake and is held likewise;
+// one for a cluster this provider runs no group of (parked, failed, exited) is refused as
+// unavailable; a name no Cluster here has is frontdoor.ErrUnknownCluster.
 func (l *Loop) Address(ctx context.Context, name string) (string, error) {
 	for {
 		l.mu.Lock()
@@ -36,7 +37,8 @@ func (l *Loop) Address(ctx context.Context, name string) (string, error) {
 }
 
 // addressLocked decides Address from the state: an address, a channel to wait on, or an
-// error. l.mu is held.
+// error. The first connection for a sleeping cluster records the wake request (and its
+// time, from which the wake is measured) and enqueues the cluster. l.mu is held.
 func (l *Loop) addressLocked(name string) (string, <-chan struct{}, error) {
 	known := false
 	for key, st := range l.state {
@@ -45,10 +47,19 @@ func (l *Loop) addressLocked(name string) (string, <-chan struct{}, error) {
 		}
 		known = true
 		switch {
-		case st.group == materialiser.GroupUp && st.cluster != nil:
-			return net.JoinHostPort("127.0.0.1", strconv.Itoa(st.cluster.Port)), nil, nil
 		case st.group == materialiser.GroupStarting:
 			return "", l.changed, nil
+		case st.phase == materialiser.PhaseSleeping && (st.group == materialiser.GroupAbsent || st.group == materialiser.GroupUp):
+			// Asleep, or falling asleep: its processes are (about to be) gone.
+			if st.wakeSince.IsZero() {
+				st.wakeSince = time.Now()
+				if l.queue != nil {
+					l.queue.Add(key)
+				}
+			}
+			return "", l.changed, nil
+		case st.group == materialiser.GroupUp && st.cluster != nil:
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(st.cluster.Port)), nil, nil
 		}
 	}
 	if !known {

@@ -123,3 +123,57 @@ func clusterstackSpec(t *testing.T) clusterstack.Spec {
 	}
 	return s
 }
+
+// A connection for a sleeping cluster asks it to wake, once, and is held until it is up.
+func TestAConnectionWakesASleepingCluster(t *testing.T) {
+	l := &Loop{state: map[string]*runState{
+		"team-a/web": {group: materialiser.GroupAbsent, phase: materialiser.PhaseSleeping},
+	}, changed: make(chan struct{})}
+	got := make(chan string, 2)
+	for range 2 {
+		go func() {
+			addr, err := l.Address(context.Background(), "web")
+			if err != nil {
+				addr = err.Error()
+			}
+			got <- addr
+		}()
+	}
+	st := l.state["team-a/web"]
+	waitUntil(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return !st.wakeSince.IsZero() })
+	l.mu.Lock()
+	first := st.wakeSince
+	l.mu.Unlock()
+	o := materialiser.Observed{Now: time.Now(), Running: true, HasFinalizer: true, Phase: materialiser.PhaseSleeping, Group: materialiser.GroupAbsent,
+		SleepAfter: time.Minute, WakeRequested: true}
+	if r := materialiser.Reconcile(o); r.Ready.Reason != "Waking" {
+		t.Fatalf("a held request for a sleeping cluster: %+v, want Waking", r)
+	}
+	l.mu.Lock()
+	st.group = materialiser.GroupStarting
+	l.signalLocked()
+	l.mu.Unlock()
+	l.mu.Lock()
+	if st.wakeSince != first {
+		t.Errorf("a second connection restarted the wake's clock")
+	}
+	st.group, st.cluster, st.phase = materialiser.GroupUp, &Cluster{Name: "web", Port: 31003}, materialiser.PhaseReady
+	l.signalLocked()
+	l.mu.Unlock()
+	for range 2 {
+		if a := <-got; a != "127.0.0.1:31003" {
+			t.Errorf("a held connection got %q", a)
+		}
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -79,6 +79,14 @@ type Loop struct {
 	runCtx   context.Context
 	bringUps sync.WaitGroup
 
+	// Activity, when set, is the front door's record of each cluster's requests: what
+	// deciding that a cluster is idle reads. Without it no cluster sleeps (nothing could
+	// wake one).
+	Activity Activity
+	// SleepAfter is the sleep of a Cluster that sets no spec.sleepAfter; 0: such a
+	// cluster never sleeps.
+	SleepAfter time.Duration
+
 	// OnServing, when set, is called once the loop serves (its informers synced): serve
 	// tells systemd it is ready then.
 	OnServing func()
@@ -104,8 +112,18 @@ func (l *Loop) signalLocked() {
 // it is not stopping. It is the provider's readiness (serve's /readyz).
 func (l *Loop) Serving() bool { return l.serving.Load() }
 
+// Activity is when a client last sent a cluster a byte, and how many connections to it
+// are open (frontdoor.Server).
+type Activity interface {
+	Activity(cluster string) (last time.Time, open int)
+}
+
 // runState is what this provider knows of one cluster's processes.
 type runState struct {
+	phase       materialiser.Phase // as the last pass decided: Address reads it
+	lastWake    time.Duration      // how long the last wake took
+	upSince     time.Time          // when the group last passed every gate
+	wakeSince   time.Time          // when a held connection first asked for a sleeping cluster; zero: none waits
 	group       materialiser.Group
 	cluster     *Cluster
 	attempts    int
@@ -322,6 +340,14 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		return 0, err
 	}
 	r := materialiser.Reconcile(o)
+	// Before any operation: a connection that comes for a cluster falling asleep from
+	// now on is held for its wake, not piped to processes about to stop (Address).
+	l.mu.Lock()
+	st.phase = r.Phase
+	if r.Phase != materialiser.PhaseSleeping {
+		st.wakeSince = time.Time{} // parked, deleted, or up: no wake is pending any more
+	}
+	l.mu.Unlock()
 	log := l.Log.With("cluster", key)
 	if len(r.Ops) > 0 || string(r.Phase) != cl.Status.Phase {
 		log.Info("reconcile", "phase", r.Phase, "reason", r.Ready.Reason, "ops", r.Ops, "group", o.Group, "nodes", o.Nodes)
@@ -366,11 +392,21 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 		Phase: materialiser.Phase(cl.Status.Phase),
 		// A cluster that was Ready under an earlier run of the provider comes back as
 		// Unavailable, not Initializing.
-		EverReady: st.everReady || cl.Status.Phase == v1alpha1.PhaseReady || cl.Status.Phase == v1alpha1.PhaseUnavailable,
+		EverReady: st.everReady || cl.Status.Phase == v1alpha1.PhaseReady || cl.Status.Phase == v1alpha1.PhaseUnavailable || cl.Status.Phase == v1alpha1.PhaseSleeping,
 		Group:     st.group, FailedStep: st.failedStep, FailedReason: st.reason, Attempts: st.attempts, LastAttempt: st.lastAttempt,
+		UpSince: st.upSince, WakeRequested: !st.wakeSince.IsZero(),
 	}
 	c := st.cluster
 	l.mu.Unlock()
+	if l.Activity != nil {
+		o.SleepAfter = l.SleepAfter
+		if cl.Spec.SleepAfter != nil {
+			o.SleepAfter = cl.Spec.SleepAfter.Duration
+		}
+		o.LastActive, o.Connections = l.Activity.Activity(cl.Name)
+		// Every guest is simulated today (kwok): none keeps a cluster awake. Real guests
+		// (issue 10) will count in o.RealNodes.
+	}
 	dir := l.P.DataDir(cl.Name)
 	_, err := os.Stat(dir)
 	o.DataDirExists = err == nil
@@ -552,12 +588,18 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 	st := l.st(key)
 	l.mu.Lock()
 	if err != nil {
+		st.wakeSince = time.Time{} // the held connections are refused: a failed wake is not retried for them
 		st.group, st.attempts, st.reason, st.failedStep = materialiser.GroupFailed, st.attempts+1, err.Error(), "bring-up"
 		if se := (*procgroup.StepError)(nil); errors.As(err, &se) {
 			st.failedStep = se.Step.String()
 		}
 	} else {
 		st.group, st.cluster, st.attempts, st.everReady, st.failedStep, st.reason = materialiser.GroupUp, c, 0, true, "", ""
+		st.upSince, st.phase = time.Now(), materialiser.PhaseReady // until the next pass: not "falling asleep" to Address
+		if !st.wakeSince.IsZero() {
+			st.lastWake, st.wakeSince = st.upSince.Sub(st.wakeSince), time.Time{}
+			l.Metrics.wake.Observe(st.lastWake.Seconds())
+		}
 		go func() {
 			select {
 			case ex := <-c.Exited():
@@ -625,13 +667,24 @@ func (l *Loop) deliverKubeconfig(ctx context.Context, c *Cluster, ns string) err
 // writeStatus writes r and, for a Ready cluster, its URL and the nodes observed this pass.
 func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runState, nodes int, r materialiser.Result, opErr error) {
 	l.mu.Lock()
-	c := st.cluster
+	c, lastWake, upSince := st.cluster, st.lastWake, st.upSince
 	var progress []string
 	if st.group == materialiser.GroupStarting {
 		progress = st.progress
 	}
 	l.mu.Unlock()
-	status := v1alpha1.ClusterStatus{Phase: string(r.Phase), Instance: l.Instance, Conditions: slices.Clone(cl.Status.Conditions)}
+	status := v1alpha1.ClusterStatus{Phase: string(r.Phase), Instance: l.Instance, Conditions: slices.Clone(cl.Status.Conditions),
+		LastActive: cl.Status.LastActive, LastWake: cl.Status.LastWake}
+	if lastWake > 0 {
+		status.LastWake = lastWake.Round(10 * time.Millisecond).String()
+	}
+	if r.Phase == materialiser.PhaseSleeping && cl.Status.Phase != v1alpha1.PhaseSleeping && l.Activity != nil {
+		last, _ := l.Activity.Activity(cl.Name)
+		if up := upSince; up.After(last) {
+			last = up
+		}
+		status.LastActive = &metav1.Time{Time: last.Truncate(time.Second)}
+	}
 	if c != nil && r.Phase == materialiser.PhaseReady {
 		status.URL = c.URL
 		status.Nodes = int32(nodes)

@@ -16,6 +16,7 @@ type Metrics struct {
 	phase     *prometheus.GaugeVec // per cluster, one series per phase, 1 on the current one
 	bringUp   prometheus.Histogram
 	teardown  prometheus.Histogram
+	wake      prometheus.Histogram
 	restarts  *prometheus.CounterVec
 	nodes     *prometheus.GaugeVec
 	byCluster map[string]materialiser.Phase
@@ -34,13 +35,15 @@ func NewMetrics() *Metrics {
 			Help: "Time from a bring-up's start to every gate passed.", Buckets: buckets}),
 		teardown: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "socialweb_cluster_teardown_seconds",
 			Help: "Time to reap a cluster's groups.", Buckets: buckets}),
+		wake: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "socialweb_cluster_wake_seconds",
+			Help: "Time from the first request held for a sleeping cluster to the cluster Ready.", Buckets: buckets}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "socialweb_component_restarts_total",
 			Help: "Components that exited on their own, after which their cluster was brought back."}, []string{"component"}),
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "socialweb_cluster_nodes",
 			Help: "Guests listed in each cluster's nodes.json."}, []string{"cluster"}),
 		byCluster: map[string]materialiser.Phase{},
 	}
-	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.restarts, m.nodes,
+	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.nodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range phases {
 		m.phases.WithLabelValues(string(p)).Set(0)
@@ -49,7 +52,7 @@ func NewMetrics() *Metrics {
 }
 
 // phases are the phases a materialised cluster can be in, each a series of the gauges.
-var phases = []materialiser.Phase{materialiser.PhaseInitializing, materialiser.PhaseReady, materialiser.PhaseUnavailable, materialiser.PhaseDraining}
+var phases = []materialiser.Phase{materialiser.PhaseInitializing, materialiser.PhaseReady, materialiser.PhaseUnavailable, materialiser.PhaseDraining, materialiser.PhaseSleeping}
 
 // setPhase records key's phase ("" when the Cluster is gone) and recounts.
 func (m *Metrics) setPhase(key string, p materialiser.Phase) {

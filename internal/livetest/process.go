@@ -71,9 +71,9 @@ func (p *Proc) WaitLine(t testing.TB, what string) string {
 
 // Serve starts "socialweb-clusterprovider serve" (exe) with its own front under root, its
 // apiservers in ports, and returns it with the operator kubeconfig and the /metrics URL.
-func Serve(t testing.TB, exe, bin, root, ports string) (p *Proc, operatorKubeconfig, metricsURL string) {
+func Serve(t testing.TB, exe, bin, root, ports string, extra ...string) (p *Proc, operatorKubeconfig, metricsURL string) {
 	t.Helper()
-	p = Run(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", ports, "--metrics-address", "127.0.0.1:0")
+	p = Run(t, exe, append([]string{"serve", "--data-root", root, "--bin-dir", bin, "--port-range", ports, "--metrics-address", "127.0.0.1:0"}, extra...)...)
 	metricsURL = strings.TrimPrefix(p.WaitLine(t, "metrics: "), "metrics: ")
 	p.WaitLine(t, "serving Clusters")
 	return p, filepath.Join(root, "operator.kubeconfig"), metricsURL

@@ -20,6 +20,7 @@ const (
 	PhaseReady        Phase = v1alpha1.PhaseReady
 	PhaseUnavailable  Phase = v1alpha1.PhaseUnavailable // parked, failed, or a component died
 	PhaseDraining     Phase = v1alpha1.PhaseDraining    // being deleted: nodes, group, lease, DataDir go
+	PhaseSleeping     Phase = v1alpha1.PhaseSleeping    // idle: processes stopped, port released, data kept; a request wakes it
 )
 
 // Group is what is observed of the cluster's process group.
@@ -69,6 +70,15 @@ type Observed struct {
 	LeaseHeld     bool
 	DataDirExists bool
 	KubeconfigSet bool // the <cluster>-kubeconfig Secret exists
+
+	// Sleep: a Ready cluster with no request through the front door for SleepAfter
+	// sleeps, and wakes when one comes (WakeRequested).
+	SleepAfter    time.Duration // 0: never sleeps
+	UpSince       time.Time     // when the group last passed every gate
+	LastActive    time.Time     // the last byte a client sent it through the front door; zero: none
+	Connections   int           // connections open to it through the front door now
+	RealNodes     int           // guests that are not simulated: they keep it awake
+	WakeRequested bool          // a connection is held at the front door until it is up
 }
 
 // Condition is the Ready condition.
@@ -188,8 +198,19 @@ func keepUp(o Observed) Result {
 	}
 	switch o.Group {
 	case GroupUp:
-		return Result{Phase: PhaseReady, Ready: Condition{Status: true, Reason: "Ready", Message: "every component passed its gate"}}
+		r := Result{Phase: PhaseReady, Ready: Condition{Status: true, Reason: "Ready", Message: "every component passed its gate"}}
+		if wait, ok := SleepIn(o); ok && wait <= 0 {
+			return Result{Phase: PhaseSleeping, Ready: notReady("FallingAsleep", fmt.Sprintf("no request for %s: stopping the processes, then releasing the port; data kept", o.SleepAfter)), Ops: []Op{OpStop}}
+		} else if ok {
+			r.Requeue = wait
+		} else if o.SleepAfter > 0 {
+			r.Requeue = o.SleepAfter // busy now: look again, as nothing else may change to say it is idle
+		}
+		return r
 	case GroupStarting:
+		if o.Phase == PhaseSleeping {
+			return Result{Phase: PhaseSleeping, Ready: notReady("Waking", "a request is waiting at the front door: bring-up under way")}
+		}
 		return Result{Phase: phaseOr(o.Phase, down), Ready: notReady("BringingUp", "bring-up under way")}
 	case GroupExited:
 		// A member died: reap the rest now, come back after the backoff.
@@ -204,6 +225,19 @@ func keepUp(o Observed) Result {
 		r.Ops = []Op{OpBringUp}
 		return r
 	}
+	// Absent and asleep: it stays so, its port released, until a request wakes it (or
+	// sleep is turned off). A provider restarted while a cluster slept finds it here, by
+	// its written phase, and starts nothing.
+	if o.Phase == PhaseSleeping && o.SleepAfter > 0 && !o.WakeRequested {
+		r := Result{Phase: PhaseSleeping, Ready: notReady("Sleeping", fmt.Sprintf("no request for %s: processes stopped, port released, data kept; the first request through the front door wakes it", o.SleepAfter))}
+		if o.LeaseHeld {
+			r.Ready.Reason, r.Ops = "FallingAsleep", []Op{OpReapSurvivors, OpReleaseLease}
+		}
+		return r
+	}
+	if o.Phase == PhaseSleeping {
+		return Result{Phase: PhaseSleeping, Ready: notReady("Waking", "a request is waiting at the front door: starting the process group"), Ops: []Op{OpBringUp}}
+	}
 	// Absent: bring it up (after the backoff, when the last attempt failed or exited).
 	if wait := o.LastAttempt.Add(Backoff(o.Attempts)).Sub(o.Now); o.Attempts > 0 && wait > 0 {
 		return Result{Phase: PhaseUnavailable, Ready: notReady("BackingOff", fmt.Sprintf("next bring-up in %s", wait.Round(time.Second))), Requeue: wait}
@@ -211,10 +245,28 @@ func keepUp(o Observed) Result {
 	return Result{Phase: down, Ready: notReady("BringingUp", "starting the process group"), Ops: []Op{OpBringUp}}
 }
 
+// SleepIn is how long until a Ready cluster may sleep, and whether it ever may now: sleep
+// is on, no connection is open through the front door, and no real guest runs on it (a
+// real node's kubelet would lose its apiserver; simulated nodes sleep with their cluster).
+// Idleness counts from the later of its last request and its coming up, so a cluster
+// does not fall asleep the moment it wakes.
+func SleepIn(o Observed) (time.Duration, bool) {
+	if o.SleepAfter <= 0 || o.Connections > 0 || o.RealNodes > 0 {
+		return 0, false
+	}
+	since := o.LastActive
+	if o.UpSince.After(since) {
+		since = o.UpSince
+	}
+	return since.Add(o.SleepAfter).Sub(o.Now), true
+}
+
 func notReady(reason, msg string) Condition { return Condition{Reason: reason, Message: msg} }
 
+// phaseOr keeps the phase last written while a step is under way, unless it claims what
+// this pass did not establish (Ready, Sleeping) or belongs to a deletion.
 func phaseOr(p, def Phase) Phase {
-	if p == "" || p == PhaseDraining {
+	if p == "" || p == PhaseDraining || p == PhaseReady || p == PhaseSleeping {
 		return def
 	}
 	return p

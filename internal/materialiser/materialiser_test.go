@@ -56,6 +56,35 @@ func TestTransitions(t *testing.T) {
 		{"Draining: then the group", obs(func(o *Observed) { o.Deleting, o.Group, o.LeaseHeld, o.DataDirExists = true, GroupUp, true, true }), PhaseDraining, "Deleting", []Op{OpStop}, false},
 		{"Draining: then lease, DataDir, Secret, finalizer", obs(func(o *Observed) { o.Deleting, o.LeaseHeld, o.DataDirExists, o.KubeconfigSet = true, true, true, true }), PhaseDraining, "Deleting", []Op{OpReapSurvivors, OpReleaseLease, OpRemoveDataDir, OpDeleteKubeconfig, OpRemoveFinalizer}, false},
 		{"Draining: a failed bring-up has nothing running", obs(func(o *Observed) { o.Deleting, o.Group, o.DataDirExists = true, GroupFailed, true }), PhaseDraining, "Deleting", []Op{OpReapSurvivors, OpRemoveDataDir, OpRemoveFinalizer}, false},
+		{"sleep on, recently used: Ready, looked at again when it may sleep", obs(func(o *Observed) {
+			o.Group, o.Phase, o.SleepAfter, o.UpSince, o.LastActive = GroupUp, PhaseReady, time.Minute, t0.Add(-time.Hour), t0.Add(-10*time.Second)
+		}), PhaseReady, "Ready", nil, true},
+		{"sleep on, just woken: idleness counts from coming up", obs(func(o *Observed) {
+			o.Group, o.Phase, o.SleepAfter, o.UpSince = GroupUp, PhaseReady, time.Minute, t0.Add(-time.Second)
+		}), PhaseReady, "Ready", nil, true},
+		{"idle past sleepAfter: falls asleep", obs(func(o *Observed) {
+			o.Group, o.Phase, o.SleepAfter, o.UpSince, o.LastActive, o.LeaseHeld = GroupUp, PhaseReady, time.Minute, t0.Add(-time.Hour), t0.Add(-2*time.Minute), true
+		}), PhaseSleeping, "FallingAsleep", []Op{OpStop}, false},
+		{"idle but a watch is open: stays up", obs(func(o *Observed) {
+			o.Group, o.Phase, o.SleepAfter, o.UpSince, o.Connections = GroupUp, PhaseReady, time.Minute, t0.Add(-time.Hour), 1
+		}), PhaseReady, "Ready", nil, true},
+		{"idle with a real node: stays up", obs(func(o *Observed) {
+			o.Group, o.Phase, o.SleepAfter, o.UpSince, o.RealNodes, o.Nodes = GroupUp, PhaseReady, time.Minute, t0.Add(-time.Hour), 1, 1
+		}), PhaseReady, "Ready", nil, true},
+		{"asleep: the port goes once nothing runs", obs(func(o *Observed) { o.Phase, o.SleepAfter, o.LeaseHeld = PhaseSleeping, time.Minute, true }),
+			PhaseSleeping, "FallingAsleep", []Op{OpReapSurvivors, OpReleaseLease}, false},
+		{"asleep and settled (also after a provider restart)", obs(func(o *Observed) { o.Phase, o.SleepAfter, o.EverReady = PhaseSleeping, time.Minute, true }),
+			PhaseSleeping, "Sleeping", nil, false},
+		{"asleep, a request waits: wake", obs(func(o *Observed) { o.Phase, o.SleepAfter, o.WakeRequested = PhaseSleeping, time.Minute, true }),
+			PhaseSleeping, "Waking", []Op{OpBringUp}, false},
+		{"waking", obs(func(o *Observed) { o.Phase, o.SleepAfter, o.Group = PhaseSleeping, time.Minute, GroupStarting }), PhaseSleeping, "Waking", nil, false},
+		{"woken", obs(func(o *Observed) { o.Phase, o.SleepAfter, o.Group, o.UpSince = PhaseSleeping, time.Minute, GroupUp, t0 }), PhaseReady, "Ready", nil, true},
+		{"asleep, sleep turned off: wake", obs(func(o *Observed) { o.Phase = PhaseSleeping }), PhaseSleeping, "Waking", []Op{OpBringUp}, false},
+		{"asleep, then parked", obs(func(o *Observed) { o.Phase, o.SleepAfter, o.Running = PhaseSleeping, time.Minute, false }), PhaseUnavailable, "Parked", nil, false},
+		{"asleep, then deleted", obs(func(o *Observed) {
+			o.Phase, o.SleepAfter, o.Deleting, o.DataDirExists = PhaseSleeping, time.Minute, true, true
+		}),
+			PhaseDraining, "Deleting", []Op{OpReapSurvivors, OpRemoveDataDir, OpRemoveFinalizer}, false},
 		{"deleted before the finalizer was added", obs(func(o *Observed) { o.Deleting, o.HasFinalizer = true, false }), PhaseDraining, "Deleting", nil, false},
 	} {
 		r := Reconcile(tc.o)
@@ -68,6 +97,26 @@ func TestTransitions(t *testing.T) {
 // Every combination of what can be observed, against the rules no answer may break.
 func TestEveryObservationKeepsTheRules(t *testing.T) {
 	groups := []Group{GroupAbsent, GroupStarting, GroupUp, GroupFailed, GroupExited}
+	type sleep struct {
+		phase       Phase
+		after, idle time.Duration
+		conns, real int
+		wake        bool
+	}
+	var sleeps []sleep
+	for _, phase := range []Phase{"", PhaseReady, PhaseSleeping} {
+		for _, after := range []time.Duration{0, time.Minute} {
+			for _, idle := range []time.Duration{10 * time.Second, time.Hour} {
+				for _, conns := range []int{0, 1} {
+					for _, real := range []int{0, 1} {
+						for _, wake := range []bool{false, true} {
+							sleeps = append(sleeps, sleep{phase, after, idle, conns, real, wake})
+						}
+					}
+				}
+			}
+		}
+	}
 	n := 0
 	for _, running := range []bool{false, true} {
 		for _, deleting := range []bool{false, true} {
@@ -79,10 +128,14 @@ func TestEveryObservationKeepsTheRules(t *testing.T) {
 								for _, kc := range []bool{false, true} {
 									for _, attempts := range []int{0, 3} {
 										for _, ago := range []time.Duration{time.Second, time.Hour} {
-											o := Observed{Now: t0, Running: running, Deleting: deleting, HasFinalizer: fin, Group: g, Nodes: nodes,
-												LeaseHeld: lease, DataDirExists: dir, KubeconfigSet: kc, Attempts: attempts, LastAttempt: t0.Add(-ago), FailedStep: "kine"}
-											checkRules(t, o, Reconcile(o))
-											n++
+											for _, sl := range sleeps {
+												o := Observed{Now: t0, Running: running, Deleting: deleting, HasFinalizer: fin, Group: g, Nodes: nodes,
+													LeaseHeld: lease, DataDirExists: dir, KubeconfigSet: kc, Attempts: attempts, LastAttempt: t0.Add(-ago), FailedStep: "kine",
+													Phase: sl.phase, SleepAfter: sl.after, UpSince: t0.Add(-time.Hour), LastActive: t0.Add(-sl.idle),
+													Connections: sl.conns, RealNodes: min(sl.real, nodes), WakeRequested: sl.wake}
+												checkRules(t, o, Reconcile(o))
+												n++
+											}
 										}
 									}
 								}
@@ -126,8 +179,22 @@ func checkRules(t *testing.T, o Observed, r Result) {
 			fail(string(op) + " only after what an earlier run left of the group is reaped (invariant 8)")
 		}
 	}
-	if (r.Phase == PhaseReady) != (o.Group == GroupUp && o.Running && !o.Deleting && o.HasFinalizer) {
-		fail("Ready exactly when the group is up and it should be")
+	shouldRun := o.Running && !o.Deleting && o.HasFinalizer
+	idle := o.SleepAfter > 0 && o.Connections == 0 && o.RealNodes == 0 && !o.Now.Before(o.LastActive.Add(o.SleepAfter)) && !o.Now.Before(o.UpSince.Add(o.SleepAfter))
+	if (r.Phase == PhaseReady) != (o.Group == GroupUp && shouldRun && !idle) {
+		fail("Ready exactly when the group is up, it should be, and it is not idle past sleepAfter")
+	}
+	if r.Phase == PhaseSleeping && o.Phase != PhaseSleeping && !(idle && o.Group == GroupUp && shouldRun && has(OpStop)) {
+		fail("a cluster falls asleep only when up, idle past sleepAfter, with no open connection and no real node, and its processes stop")
+	}
+	if has(OpBringUp) && o.Phase == PhaseSleeping && o.Group == GroupAbsent && o.SleepAfter > 0 && !o.WakeRequested {
+		fail("a sleeping cluster is brought up only when a request waits (or sleep is off); a failed wake retries as any failed bring-up")
+	}
+	if shouldRun && o.Phase == PhaseSleeping && o.Group == GroupAbsent && (o.WakeRequested || o.SleepAfter == 0) && !has(OpBringUp) {
+		fail("a request for a sleeping cluster wakes it")
+	}
+	if r.Phase == PhaseSleeping && o.Group == GroupAbsent && o.LeaseHeld && !has(OpReleaseLease) && !has(OpBringUp) {
+		fail("a sleeping cluster holds no port (one waking gets its own back)")
 	}
 	if r.Ready.Status != (r.Phase == PhaseReady) {
 		fail("the Ready condition agrees with the phase")
@@ -138,7 +205,7 @@ func checkRules(t *testing.T, o Observed, r Result) {
 	if o.Deleting && r.Phase != PhaseDraining {
 		fail("a deleted Cluster is Draining")
 	}
-	if !o.Deleting && o.Running && o.HasFinalizer && o.Group != GroupUp && o.Group != GroupStarting && len(r.Ops) == 0 && r.Requeue == 0 {
+	if !o.Deleting && o.Running && o.HasFinalizer && o.Group != GroupUp && o.Group != GroupStarting && len(r.Ops) == 0 && r.Requeue == 0 && r.Phase != PhaseSleeping {
 		fail("a cluster that should run and does not is acted on or looked at again")
 	}
 	if (o.Group == GroupFailed || o.Group == GroupExited) && !o.Deleting && o.Running && o.HasFinalizer && !strings.Contains(r.Ready.Message, o.FailedStep) {
