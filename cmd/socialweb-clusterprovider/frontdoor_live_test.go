@@ -87,9 +87,12 @@ spec: {account: acme}
 	if out, err := there("a", "--server", "https://b.kcp.test:"+port, "--certificate-authority", bCA, "get", "configmap", "whoami"); err == nil || !strings.Contains(out, "Unauthorized") {
 		t.Errorf("A's certificate at B: %v\n%s\nwant Unauthorized", err, out)
 	}
-	// A name that is no cluster's, and no name at all (an IP address is never sent as one).
-	if out, err := there("a", "--tls-server-name", "c.kcp.test", "get", "ns"); err == nil || !strings.Contains(out, "unrecognized name") {
-		t.Errorf("unknown name c.kcp.test: %v\n%s\nwant unrecognized name", err, out)
+	// A name under the base domain that is no cluster's, a name outside it, and no name at
+	// all (an IP address is never sent as one).
+	for _, name := range []string{"c.kcp.test", "a.other.test"} {
+		if out, err := there("a", "--tls-server-name", name, "get", "ns"); err == nil || !strings.Contains(out, "unrecognized name") {
+			t.Errorf("unknown name %s: %v\n%s\nwant unrecognized name", name, err, out)
+		}
 	}
 	if out, err := there("a", "--server", "https://"+door, "get", "ns"); err == nil || !strings.Contains(out, "unrecognized name") {
 		t.Errorf("no server name: %v\n%s\nwant unrecognized name", err, out)
@@ -155,7 +158,8 @@ spec: {account: acme}
 	res.Body.Close()
 	for _, series := range []string{`socialweb_frontdoor_connections_total{cluster="a"}`, `socialweb_frontdoor_connections_total{cluster="b"}`,
 		`socialweb_frontdoor_open_connections{cluster="a"}`, `socialweb_frontdoor_bytes_total{cluster="a",direction="out"}`,
-		`socialweb_frontdoor_refused_total{reason="unknown_name"}`, `socialweb_frontdoor_refused_total{reason="no_server_name"}`} {
+		`socialweb_frontdoor_refused_total{reason="unknown_cluster"}`, `socialweb_frontdoor_refused_total{reason="unknown_name"}`,
+		`socialweb_frontdoor_refused_total{reason="no_server_name"}`} {
 		if !strings.Contains(string(body), series+" ") || strings.Contains(string(body), series+" 0\n") {
 			t.Errorf("/metrics: %s is missing or 0", series)
 		}

@@ -22,6 +22,7 @@ func TestClustersAreCountedByPhase(t *testing.T) {
 socialweb_clusters{phase="Draining"} 0
 socialweb_clusters{phase="Initializing"} 0
 socialweb_clusters{phase="Ready"} 1
+socialweb_clusters{phase="Sleeping"} 0
 socialweb_clusters{phase="Unavailable"} 1
 `
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "socialweb_clusters"); err != nil {
@@ -34,10 +35,12 @@ socialweb_clusters{phase="Unavailable"} 1
 socialweb_cluster_phase{cluster="a/one",phase="Draining"} 0
 socialweb_cluster_phase{cluster="a/one",phase="Initializing"} 0
 socialweb_cluster_phase{cluster="a/one",phase="Ready"} 1
+socialweb_cluster_phase{cluster="a/one",phase="Sleeping"} 0
 socialweb_cluster_phase{cluster="a/one",phase="Unavailable"} 0
 socialweb_cluster_phase{cluster="a/two",phase="Draining"} 0
 socialweb_cluster_phase{cluster="a/two",phase="Initializing"} 0
 socialweb_cluster_phase{cluster="a/two",phase="Ready"} 0
+socialweb_cluster_phase{cluster="a/two",phase="Sleeping"} 0
 socialweb_cluster_phase{cluster="a/two",phase="Unavailable"} 1
 `
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "socialweb_cluster_phase"); err != nil {

@@ -23,11 +23,11 @@ func OtherHost(t testing.TB, names ...string) *Host {
 	if _, err := exec.LookPath("ip"); err != nil {
 		Need(t, "iproute2's ip is not installed (apt-get install iproute2)")
 	}
-	// A /30 per test process, in a block nothing here routes: parallel packages differ.
+	// A /28 per test process, in a block nothing here routes: parallel packages differ.
 	n := os.Getpid() % 16000
+	subnet := fmt.Sprintf("10.%d.%d.", 200+n/4096, n/16%256)
 	h := &Host{Name: fmt.Sprintf("kcp-lt-%d", os.Getpid()),
-		HostIP: fmt.Sprintf("10.%d.%d.%d", 200+n/4096, n/16%256, n%16*16+1)}
-	h.PeerIP = strings.TrimSuffix(h.HostIP, "1") + "2"
+		HostIP: subnet + fmt.Sprint(n%16*16+1), PeerIP: subnet + fmt.Sprint(n%16*16+2)}
 	hostEnd, peerEnd := fmt.Sprintf("kcpl%dh", os.Getpid()), fmt.Sprintf("kcpl%dn", os.Getpid())
 	dir := filepath.Join("/etc/netns", h.Name)
 	t.Cleanup(func() {
