@@ -38,10 +38,13 @@ var ErrUnknownCluster = errors.New("no such cluster")
 const (
 	DefaultHelloTimeout = 10 * time.Second // a client that connects must send its hello by then
 	DefaultDialTimeout  = 5 * time.Second  // to connect to an apiserver whose address is known
-	// DefaultWakeTimeout bounds Backends.Address. A client gives up sooner on its own
-	// (client-go's TLS handshake timeout is 10 s); this frees the held connection of one
-	// that never does.
-	DefaultWakeTimeout = 2 * time.Minute
+	// DefaultHoldTimeout bounds how long a connection is held while its cluster wakes.
+	// client-go gives up on a TLS handshake after 10 s with an error it does not retry;
+	// closed before that, without an alert, a GET meets EOF, which client-go retries a
+	// second later (up to 10 times), and the wake goes on meanwhile. So a read rides a
+	// wake of up to about a minute and a half; a write that is a sleeping cluster's first
+	// request rides one of up to this bound.
+	DefaultHoldTimeout = 8 * time.Second
 )
 
 // Server routes connections. Set the fields, then call Serve once.
@@ -51,7 +54,7 @@ type Server struct {
 	Metrics  *Metrics     // nil: none
 	Log      *slog.Logger // nil: discard
 
-	HelloTimeout, DialTimeout, WakeTimeout time.Duration // zero: the defaults
+	HelloTimeout, DialTimeout, HoldTimeout time.Duration // zero: the defaults
 
 	mu       sync.Mutex
 	activity map[string]*activity
@@ -188,11 +191,17 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	c.SetReadDeadline(time.Time{})
 
 	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, orDefault(s.WakeTimeout, DefaultWakeTimeout))
+	wctx, cancel := context.WithTimeout(ctx, orDefault(s.HoldTimeout, DefaultHoldTimeout))
 	addr, err := s.Backends.Address(wctx, cluster)
 	cancel()
 	if errors.Is(err, ErrUnknownCluster) {
 		s.refuse(c, "unknown_cluster", cluster, alertUnrecognizedName, "peer", c.RemoteAddr().String(), "serverName", serverName)
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// Held as long as a client waits for a handshake: closed without an alert, so
+		// that it retries (DefaultHoldTimeout); the wake goes on.
+		s.refuse(c, "waking", cluster, 0, "peer", c.RemoteAddr().String(), "held", time.Since(start).Round(time.Millisecond))
 		return
 	}
 	if err != nil {
@@ -222,8 +231,8 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	s.pipe(c, backend, cluster, a)
 }
 
-// refuse answers c with a TLS alert (none when description is 0: the peer spoke no TLS)
-// and counts the refusal.
+// refuse answers c with a TLS alert (none when description is 0: the peer spoke no TLS,
+// or is to retry) and counts the refusal.
 func (s *Server) refuse(c net.Conn, reason, cluster string, description byte, attrs ...any) {
 	s.Metrics.refused(reason)
 	if description != 0 {

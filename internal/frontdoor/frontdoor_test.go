@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"socialweb.computer/kcp/internal/pki"
 )
@@ -31,7 +34,8 @@ import (
 type tenant struct {
 	name   string
 	caPool *x509.CertPool
-	cert   tls.Certificate // a client certificate its CA signed
+	cert   tls.Certificate                // a client certificate its CA signed
+	pem    struct{ ca, cert, key []byte } // the same, as a kubeconfig carries them
 	srv    *httptest.Server
 	stream chan string // lines for /watch, each flushed as it comes
 }
@@ -45,7 +49,14 @@ func newTenant(t *testing.T, name string, names []string) *tenant {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 	serving := issue(t, ca, pki.Leaf{CommonName: name, DNSNames: names, Server: true})
-	tn := &tenant{name: name, caPool: pool, cert: issue(t, ca, pki.Leaf{CommonName: name + "-user"}), stream: make(chan string)}
+	tn := &tenant{name: name, caPool: pool, stream: make(chan string)}
+	tn.pem.ca = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
+	if tn.pem.cert, tn.pem.key, err = ca.Issue(pki.Leaf{CommonName: name + "-user"}); err != nil {
+		t.Fatal(err)
+	}
+	if tn.cert, err = tls.X509KeyPair(tn.pem.cert, tn.pem.key); err != nil {
+		t.Fatal(err)
+	}
 	tn.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user := "anonymous"
 		if len(r.TLS.VerifiedChains) > 0 {
@@ -308,6 +319,40 @@ func TestConnectionsAreHeldWhileTheClusterWakes(t *testing.T) {
 		t.Errorf("connections to a = %v, want %d", got, n)
 	}
 	waitFor(t, "every connection closed", func() bool { _, open := s.Activity("a"); return open == 0 })
+}
+
+// A wake longer than a client waits for its handshake: each held connection is closed
+// without an alert when the hold ends, and client-go, which retries a GET that meets EOF,
+// gets its answer once the cluster is up, with no error.
+func TestAWakeLongerThanTheHoldIsRiddenByClientGoRetries(t *testing.T) {
+	a := newTenant(t, "a", []string{"a.kcp.test"})
+	be := &backends{addrs: map[string]string{"a": a.srv.Listener.Addr().String()}, gate: make(chan struct{})}
+	s := &Server{Names: Names{BaseDomain: "kcp.test"}, Backends: be, Metrics: NewMetrics(prometheus.NewRegistry()), HoldTimeout: 200 * time.Millisecond}
+	addr := door(t, s)
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "https://a.kcp.test",
+		TLSClientConfig: rest.TLSClientConfig{CAData: a.pem.ca, CertData: a.pem.cert, KeyData: a.pem.key},
+		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var got []byte
+	go func() {
+		defer close(done)
+		got, err = cs.Discovery().RESTClient().Get().AbsPath("/").DoRaw(context.Background())
+	}()
+	// The cluster comes up only after two holds have ended.
+	waitFor(t, "a third attempt held", func() bool { return be.calls.Load() >= 3 })
+	close(be.gate)
+	<-done
+	if err != nil || !strings.HasPrefix(string(got), "cluster a, user a-user") {
+		t.Fatalf("GET through a long wake: %q, %v", got, err)
+	}
+	if n := testutil.ToFloat64(s.Metrics.refusals.WithLabelValues("waking")); n < 2 {
+		t.Errorf("refusals{waking} = %v, want at least 2", n)
+	}
 }
 
 func TestAWatchStaysOpenAndIsCountedAsItFlows(t *testing.T) {

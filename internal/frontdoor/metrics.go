@@ -26,13 +26,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "socialweb_frontdoor_bytes_total",
 			Help: "Bytes piped per cluster: in from clients, out to them."}, []string{"cluster", "direction"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "socialweb_frontdoor_refused_total",
-			Help: "Connections refused, by reason: not_tls, no_server_name, unknown_name, unknown_cluster, unavailable."}, []string{"reason"}),
+			Help: "Connections refused, by reason: not_tls, no_server_name, unknown_name, unknown_cluster, unavailable, waking (held as long as a client waits, then closed for it to retry)."}, []string{"reason"}),
 		backendWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "socialweb_frontdoor_backend_wait_seconds",
 			Help:    "Time from a routed ClientHello to its apiserver connected: includes a wake when the cluster slept.",
 			Buckets: []float64{.001, .005, .02, .1, .5, 1, 2, 5, 10, 20, 60}}),
 	}
 	reg.MustRegister(m.connections, m.open, m.bytes, m.refusals, m.backendWait)
-	for _, r := range []string{"not_tls", "no_server_name", "unknown_name", "unknown_cluster", "unavailable"} {
+	for _, r := range []string{"not_tls", "no_server_name", "unknown_name", "unknown_cluster", "unavailable", "waking"} {
 		m.refusals.WithLabelValues(r)
 	}
 	return m
