@@ -40,10 +40,10 @@ const sleepDoor = "127.0.0.1:33690"
 func TestAnIdleClusterSleepsAndARequestWakesIt(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	serve := func(t *testing.T) (*running, func(args ...string) string, string) {
+	serve := func() (*running, func(args ...string) string, string) {
 		return startServeWith(t, exe, bin, root, "33600-33689", "--front-door", sleepDoor, "--base-domain", "kcp.test")
 	}
-	r, kubectl, metricsURL := serve(t)
+	r, kubectl, metricsURL := serve()
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
 	os.WriteFile(manifest, []byte(`apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
@@ -54,14 +54,14 @@ spec: {account: acme, sleepAfter: 5s}
 	status := func() string {
 		return kubectl("get", "clusters", "s", "-o", "jsonpath={.status.phase} {.status.conditions[?(@.type==\"Ready\")].reason}")
 	}
-	waitPhase := func(t *testing.T, want string) {
+	waitPhase := func(want string) {
 		t.Helper()
 		eventually(t, 4*time.Minute, "Cluster s "+want, func() (bool, string) {
 			s := status()
 			return strings.HasPrefix(s, want), s
 		})
 	}
-	waitPhase(t, "Ready ")
+	waitPhase("Ready ")
 	raw, err := base64.StdEncoding.DecodeString(kubectl("get", "secret", "s-kubeconfig", "-o", "jsonpath={.data.kubeconfig}"))
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,19 @@ spec: {account: acme, sleepAfter: 5s}
 		return (&net.Dialer{}).DialContext(ctx, "tcp", sleepDoor)
 	}
 	cfg.QPS, cfg.Burst = 100, 100
-	tenant := kubernetes.NewForConfigOrDie(cfg)
+	// An open connection keeps a cluster awake, an idle kept-alive one too: they are closed
+	// when done. (client-go's wrappers do not pass CloseIdleConnections on: the transport
+	// itself is kept. With Dial set, it is this client's own, not a shared cached one.)
+	var transport *http.Transport
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		transport, _ = rt.(*http.Transport)
+		return rt
+	}
+	tenant, err := kubernetes.NewForConfig(cfg)
+	if err != nil || transport == nil {
+		t.Fatalf("a client of the tenant through the front door: %v (transport %T)", err, transport)
+	}
+	defer transport.CloseIdleConnections()
 	if out, err := tenantKubectl("create", "configmap", "kept", "--from-literal=before=sleep"); err != nil {
 		t.Fatalf("create a ConfigMap through the front door: %v\n%s", err, out)
 	}
@@ -91,9 +103,9 @@ spec: {account: acme, sleepAfter: 5s}
 		ids, _ := processrunner.FindByMarker(dataDir+"/", livetest.StackPrograms(bin))
 		return ids
 	}
-	asleep := func(t *testing.T) {
+	asleep := func() {
 		t.Helper()
-		waitPhase(t, "Sleeping Sleeping")
+		waitPhase("Sleeping Sleeping")
 		if ids := running(); len(ids) > 0 {
 			t.Errorf("asleep, yet %d of its processes run: %v", len(ids), ids)
 		}
@@ -106,8 +118,9 @@ spec: {account: acme, sleepAfter: 5s}
 	}
 	wakes := func() int { return int(metricValue(t, metricsURL, "socialweb_cluster_wake_seconds_count")) }
 
-	t.Run("it sleeps, and kubectl wakes it", func(t *testing.T) {
-		asleep(t)
+	t.Log("it sleeps, and kubectl wakes it")
+	{
+		asleep()
 		t0 := time.Now()
 		out, err := tenantKubectl("get", "configmap", "kept", "-o", "jsonpath={.data.before}")
 		if err != nil || out != "sleep" {
@@ -120,10 +133,11 @@ spec: {account: acme, sleepAfter: 5s}
 		if lw := kubectl("get", "clusters", "s", "-o", "jsonpath={.status.lastWake}"); lw == "" {
 			t.Error("status.lastWake is empty after a wake")
 		}
-	})
+	}
 
-	t.Run("20 concurrent requests share one wake", func(t *testing.T) {
-		asleep(t)
+	t.Log("20 concurrent requests share one wake")
+	{
+		asleep()
 		before := wakes()
 		var wg sync.WaitGroup
 		errs := make(chan error, 20)
@@ -151,22 +165,25 @@ spec: {account: acme, sleepAfter: 5s}
 		if _, err := tenant.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "awake"}}, metav1.CreateOptions{}); err != nil {
 			t.Errorf("a write to the woken cluster: %v", err)
 		}
-	})
+		transport.CloseIdleConnections()
+	}
 
-	t.Run("kill -9 of the provider while the cluster sleeps", func(t *testing.T) {
-		asleep(t)
+	t.Log("kill -9 of the provider while the cluster sleeps")
+	{
+		asleep()
 		r.Cmd.Process.Signal(syscall.SIGKILL)
 		r.Cmd.Wait()
-		r, kubectl, metricsURL = serve(t)
+		r, kubectl, metricsURL = serve()
 		// A restarted provider finds it asleep by its written phase and starts nothing.
-		asleep(t)
+		asleep()
 		if out, err := tenantKubectl("get", "configmap", "awake", "-o", "name"); err != nil || out != "configmap/awake" {
 			t.Fatalf("kubectl after the restart: %q, %v", out, err)
 		}
-	})
+	}
 
-	t.Run("kill -9 of the provider while the cluster wakes", func(t *testing.T) {
-		asleep(t)
+	t.Log("kill -9 of the provider while the cluster wakes")
+	{
+		asleep()
 		// A request starts the wake; the provider dies once the wake's first process runs.
 		req := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", kc, "--server", "https://"+sleepDoor, "--tls-server-name", "s.kcp.test", "get", "ns")
 		if err := req.Start(); err != nil {
@@ -178,10 +195,10 @@ spec: {account: acme, sleepAfter: 5s}
 		r.Cmd.Wait()
 		req.Process.Kill()
 		req.Wait()
-		r, kubectl, metricsURL = serve(t)
+		r, kubectl, metricsURL = serve()
 		// The request that asked for the wake died with the connection: the restarted
 		// provider reaps the half-woken group and lets the cluster sleep on.
-		asleep(t)
+		asleep()
 		out, err := tenantKubectl("get", "configmap", "kept", "-o", "jsonpath={.data.before}")
 		if err != nil || out != "sleep" {
 			t.Fatalf("kubectl after the restart: %q, %v", out, err)
@@ -195,7 +212,7 @@ spec: {account: acme, sleepAfter: 5s}
 				t.Errorf("%d of %s", n, prog)
 			}
 		}
-	})
+	}
 	kubectl("delete", "-f", manifest, "--wait=true", "--timeout=120s")
 	if ids := running(); len(ids) > 0 {
 		t.Errorf("deleted, yet %d processes run: %v", len(ids), ids)

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -37,7 +38,20 @@ func Run(t testing.TB, exe string, args ...string) *Proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// Stopped as an operator stops it, so that it stops what it started (a provider killed
+	// outright leaves its groups for the next one to reap, and a test has no next one);
+	// killed only when that does not end it in two minutes.
+	t.Cleanup(func() {
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(2 * time.Minute):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
 	p := &Proc{Cmd: cmd, lines: make(chan string, 100)}
 	go func() {
 		sc := bufio.NewScanner(pipe)
