@@ -11,14 +11,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -221,11 +219,9 @@ func connectionRate(cfg *tls.Config, addr string, d time.Duration) float64 {
 
 // apiserverPort is the port the provider leased for the cluster's apiserver.
 func apiserverPort(root string) int {
-	b, err := os.ReadFile(filepath.Join(root, "leases.json"))
+	book, err := portallocator.Open(filepath.Join(root, "leases.json"), portallocator.Range{First: 1, Last: 1}) // read, never acquired from
 	measure.Check(err)
-	var book []portallocator.Lease
-	measure.Check(json.Unmarshal(b, &book))
-	for _, l := range book {
+	for _, l := range book.Leases() {
 		if l.Holder == cluster+"/kube-apiserver" {
 			return l.Port
 		}
