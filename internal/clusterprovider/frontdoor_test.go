@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,40 @@ func TestTheFrontDoorFindsARunningClusterAndWaitsForOneStarting(t *testing.T) {
 	defer cancel()
 	if _, err := l.Address(short, "db"); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "still starting") {
 		t.Errorf("Address(db) past its deadline = %v", err)
+	}
+}
+
+// fakeActivity records what the loop asks the front door to forget.
+type fakeActivity struct{ forgot []string }
+
+func (f *fakeActivity) Activity(string) (time.Time, int) { return time.Time{}, 0 }
+func (f *fakeActivity) Forget(cluster string)            { f.forgot = append(f.forgot, cluster) }
+
+// A Cluster that is gone is forgotten, so that the front door answers its name as no
+// cluster's; but not while a process of it may run, nor while another namespace's Cluster
+// of the same name remains.
+func TestAClusterGoneIsForgottenOnceNothingOfItRuns(t *testing.T) {
+	act := &fakeActivity{}
+	l := &Loop{Activity: act, state: map[string]*runState{
+		"team-a/web": {group: materialiser.GroupAbsent},
+		"team-b/web": {group: materialiser.GroupUp, cluster: &Cluster{Name: "web", Port: 31001}},
+		"team-a/db":  {group: materialiser.GroupAbsent},
+		"team-a/run": {group: materialiser.GroupUp}, // its finalizer removed by hand while it ran
+	}, changed: make(chan struct{})}
+	l.forget("team-a/db", "db")
+	if _, err := l.Address(context.Background(), "db"); !errors.Is(err, frontdoor.ErrUnknownCluster) {
+		t.Errorf("Address(db) once gone = %v, want ErrUnknownCluster", err)
+	}
+	l.forget("team-a/web", "web")
+	l.forget("team-a/run", "run")
+	if _, ok := l.state["team-a/run"]; !ok {
+		t.Error("the state of a Cluster whose group runs was dropped: the stop would not find the group")
+	}
+	if addr, err := l.Address(context.Background(), "web"); err != nil || addr != "127.0.0.1:31001" {
+		t.Errorf("Address(web), team-b's: %q, %v", addr, err)
+	}
+	if want := []string{"db"}; !slices.Equal(act.forgot, want) {
+		t.Errorf("front door told to forget %v, want %v", act.forgot, want)
 	}
 }
 

@@ -113,9 +113,10 @@ func (l *Loop) signalLocked() {
 func (l *Loop) Serving() bool { return l.serving.Load() }
 
 // Activity is when a client last sent a cluster a byte, and how many connections to it
-// are open (frontdoor.Server).
+// are open (frontdoor.Server); Forget drops what is kept of a cluster that is gone.
 type Activity interface {
 	Activity(cluster string) (last time.Time, open int)
+	Forget(cluster string)
 }
 
 // runState is what this provider knows of one cluster's processes.
@@ -303,6 +304,30 @@ func (l *Loop) st(key string) *runState {
 	return l.state[key]
 }
 
+// forget drops what the loop and the front door keep of a Cluster that is gone, once no
+// process of it runs: the front door then answers its name as no cluster's, and its
+// series leave /metrics. A Cluster whose finalizer was removed by hand while its group ran
+// keeps its state, so that the stop still finds the group.
+func (l *Loop) forget(key, name string) {
+	l.mu.Lock()
+	st := l.state[key]
+	idle := st != nil && (st.group == materialiser.GroupAbsent || st.group == materialiser.GroupFailed)
+	if idle {
+		delete(l.state, key)
+	}
+	// The front door knows clusters by name: another namespace's Cluster of this name (the
+	// one that owns it, NameOwner) keeps what is kept.
+	for other := range l.state {
+		if _, n, _ := cache.SplitMetaNamespaceKey(other); n == name {
+			idle = false
+		}
+	}
+	l.mu.Unlock()
+	if idle && l.Activity != nil {
+		l.Activity.Forget(name)
+	}
+}
+
 // reconcile observes one Cluster, asks the phase machine, performs its operations in
 // order, and writes the status.
 func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error) {
@@ -310,6 +335,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	obj, err := l.lister.ByNamespace(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		l.observePhase(key, "", 0)
+		l.forget(key, name)
 		return 0, nil // gone: its finalizer saw to the teardown
 	}
 	if err != nil {
