@@ -60,6 +60,8 @@ func main() {
 	out, err := serve.StdoutPipe()
 	measure.Check(err)
 	serve.Stderr = io.Discard
+	// serve stops its clusters when this program ends, however it ends (measure.Check exits).
+	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	measure.Check(serve.Start())
 	defer func() {
 		serve.Process.Signal(syscall.SIGTERM)
@@ -82,23 +84,31 @@ func main() {
 		"spec":     map[string]any{"account": "bench", "sleepAfter": "3s"},
 	}}, metav1.CreateOptions{})
 	measure.Check(err)
+	// The phase and the Ready condition's reason: "Sleeping Sleeping" is asleep, its
+	// processes gone (not falling asleep, nor a wake's stale status).
 	phase := func() string {
 		u, err := clusters.Get(ctx, cluster, metav1.GetOptions{})
 		if err != nil {
 			return ""
 		}
 		p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Ready" {
+				return fmt.Sprint(p, " ", m["reason"])
+			}
+		}
 		return p
 	}
 	waitPhase := func(want string) {
-		for phase() != want {
+		for !strings.HasPrefix(phase(), want) {
 			if ctx.Err() != nil {
 				measure.Check(fmt.Errorf("cluster %s never %s", cluster, want))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	waitPhase("Ready")
+	waitPhase("Ready ")
 	secret, err := kubernetes.NewForConfigOrDie(op).CoreV1().Secrets("default").Get(ctx, cluster+"-kubeconfig", metav1.GetOptions{})
 	measure.Check(err)
 	tenant, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["kubeconfig"])
@@ -127,7 +137,7 @@ func main() {
 
 	var times []float64
 	for range *wakes {
-		waitPhase("Sleeping")
+		waitPhase("Sleeping Sleeping")
 		// As client-go does: a GET that meets EOF (a hold that ended) is sent again.
 		t0 := time.Now()
 		for {
@@ -219,7 +229,7 @@ func connectionRate(cfg *tls.Config, addr string, d time.Duration) float64 {
 
 // apiserverPort is the port the provider leased for the cluster's apiserver.
 func apiserverPort(root string) int {
-	book, err := portallocator.Open(filepath.Join(root, "leases.json"), portallocator.Range{First: 1, Last: 1}) // read, never acquired from
+	book, err := portallocator.Open(filepath.Join(root, "leases.json"), portallocator.Range{First: 1024, Last: 1024}) // read, never acquired from
 	measure.Check(err)
 	for _, l := range book.Leases() {
 		if l.Holder == cluster+"/kube-apiserver" {
