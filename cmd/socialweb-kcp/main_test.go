@@ -65,18 +65,22 @@ func TestClusterTable(t *testing.T) {
 		Spec:       v1alpha1.ClusterSpec{Account: "acme"},
 		Status: v1alpha1.ClusterStatus{Phase: "Ready", URL: "https://127.0.0.1:30000", Nodes: 2,
 			Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Ready", Message: "every component passed its gate"}}},
-	}, {ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "default", CreationTimestamp: metav1.NewTime(now)}}}
+	}, {ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "default", CreationTimestamp: metav1.NewTime(now)}}, {
+		ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: "default", CreationTimestamp: metav1.NewTime(now.Add(-2 * time.Hour))},
+		Status:     v1alpha1.ClusterStatus{Phase: "Sleeping", LastActive: &metav1.Time{Time: now.Add(-20 * time.Minute)}},
+	}}
 	var b bytes.Buffer
 	clusterTable(&b, cls, false, now)
-	want := "NAME  PHASE  NODES  AGE    URL\n" +
-		"demo  Ready  2      3m12s  https://127.0.0.1:30000\n" +
-		"new   -      0      0s     -\n"
+	want := "NAME  PHASE     NODES  AGE    LAST-ACTIVE  URL\n" +
+		"demo  Ready     2      3m12s  -            https://127.0.0.1:30000\n" +
+		"new   -         0      0s     -            -\n" +
+		"idle  Sleeping  0      120m   20m ago      -\n"
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
 	}
 	b.Reset()
 	clusterTable(&b, cls[:1], true, now)
-	if f := strings.Fields(strings.Split(b.String(), "\n")[1]); len(f) < 8 || f[0] != "default" || f[6] != "acme" {
+	if f := strings.Fields(strings.Split(b.String(), "\n")[1]); len(f) < 9 || f[0] != "default" || f[7] != "acme" {
 		t.Errorf("wide row: %q", f)
 	}
 }

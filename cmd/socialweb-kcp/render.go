@@ -79,17 +79,22 @@ func nodeNames(ns []v1alpha1.Node) []string {
 	return out
 }
 
-// clusterTable is ls's table: NAME PHASE NODES AGE URL, and with wide the namespace,
-// account, instance and the Ready condition's message.
+// clusterTable is ls's table: NAME PHASE NODES AGE LAST-ACTIVE URL (LAST-ACTIVE: how long
+// ago a sleeping cluster last had a request), and with wide the namespace, account,
+// instance and the Ready condition's message.
 func clusterTable(w io.Writer, cls []v1alpha1.Cluster, wide bool, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	head := "NAME\tPHASE\tNODES\tAGE\tURL"
+	head := "NAME\tPHASE\tNODES\tAGE\tLAST-ACTIVE\tURL"
 	if wide {
 		head = "NAMESPACE\t" + head + "\tACCOUNT\tINSTANCE\tMESSAGE"
 	}
 	fmt.Fprintln(tw, head)
 	for _, c := range cls {
-		row := strings.Join([]string{c.Name, orDash(c.Status.Phase), strconv.Itoa(int(c.Status.Nodes)), Age(now.Sub(c.CreationTimestamp.Time)), orDash(c.Status.URL)}, "\t")
+		active := "-"
+		if c.Status.LastActive != nil {
+			active = Age(now.Sub(c.Status.LastActive.Time)) + " ago"
+		}
+		row := strings.Join([]string{c.Name, orDash(c.Status.Phase), strconv.Itoa(int(c.Status.Nodes)), Age(now.Sub(c.CreationTimestamp.Time)), active, orDash(c.Status.URL)}, "\t")
 		if wide {
 			row = c.Namespace + "\t" + row + "\t" + c.Spec.Account + "\t" + orDash(c.Status.Instance) + "\t" + orDash(readyMessage(c))
 		}
