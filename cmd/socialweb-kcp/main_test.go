@@ -74,7 +74,7 @@ func TestClusterTable(t *testing.T) {
 	want := "NAME  PHASE     NODES  AGE    LAST-ACTIVE  URL\n" +
 		"demo  Ready     2      3m12s  -            https://127.0.0.1:30000\n" +
 		"new   -         0      0s     -            -\n" +
-		"idle  Sleeping  0      120m   20m ago      -\n"
+		"idle  Sleeping  0      120m   20m          -\n"
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
 	}

@@ -80,8 +80,8 @@ func nodeNames(ns []v1alpha1.Node) []string {
 }
 
 // clusterTable is ls's table: NAME PHASE NODES AGE LAST-ACTIVE URL (LAST-ACTIVE: how long
-// ago a sleeping cluster last had a request), and with wide the namespace, account,
-// instance and the Ready condition's message.
+// ago a sleeping cluster last had a request, written as AGE is), and with wide the
+// namespace, account, instance and the Ready condition's message.
 func clusterTable(w io.Writer, cls []v1alpha1.Cluster, wide bool, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	head := "NAME\tPHASE\tNODES\tAGE\tLAST-ACTIVE\tURL"
@@ -92,7 +92,7 @@ func clusterTable(w io.Writer, cls []v1alpha1.Cluster, wide bool, now time.Time)
 	for _, c := range cls {
 		active := "-"
 		if c.Status.LastActive != nil {
-			active = Age(now.Sub(c.Status.LastActive.Time)) + " ago"
+			active = Age(now.Sub(c.Status.LastActive.Time))
 		}
 		row := strings.Join([]string{c.Name, orDash(c.Status.Phase), strconv.Itoa(int(c.Status.Nodes)), Age(now.Sub(c.CreationTimestamp.Time)), active, orDash(c.Status.URL)}, "\t")
 		if wide {
