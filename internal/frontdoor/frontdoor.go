@@ -47,19 +47,32 @@ const (
 	DefaultHoldTimeout = 8 * time.Second
 )
 
-// Server routes connections. Set the fields, then call Serve once.
+// Server routes connections. Set the fields, then call Serve once; SetNames changes the
+// names while it serves.
 type Server struct {
-	Names    Names
+	Names    Names // the names it starts with
 	Backends Backends
 	Metrics  *Metrics     // nil: none
 	Log      *slog.Logger // nil: discard
 
 	HelloTimeout, DialTimeout, HoldTimeout time.Duration // zero: the defaults
 
+	names    atomic.Pointer[Names] // set by SetNames; nil: Names
 	mu       sync.Mutex
 	activity map[string]*activity
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
+}
+
+// SetNames replaces the names connections are routed by (the clusters' extra names came
+// or went); a connection already piped stays with its cluster.
+func (s *Server) SetNames(n Names) { s.names.Store(&n) }
+
+func (s *Server) currentNames() *Names {
+	if n := s.names.Load(); n != nil {
+		return n
+	}
+	return &s.Names
 }
 
 // activity is one cluster's traffic as the sleep decision needs it.
@@ -183,7 +196,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		s.refuse(c, "no_server_name", "", alertUnrecognizedName, "peer", c.RemoteAddr().String())
 		return
 	}
-	cluster, ok := s.Names.Cluster(serverName)
+	cluster, ok := s.currentNames().Cluster(serverName)
 	if !ok {
 		s.refuse(c, "unknown_name", "", alertUnrecognizedName, "peer", c.RemoteAddr().String(), "serverName", serverName)
 		return

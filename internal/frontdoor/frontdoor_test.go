@@ -195,6 +195,27 @@ func TestEachNameReachesItsOwnCluster(t *testing.T) {
 	}
 }
 
+func TestAnExtraNameRoutesOnceSetAndNoLongerOnceRemoved(t *testing.T) {
+	a := newTenant(t, "a", []string{"a.kcp.test", "api.shop.test"})
+	be := &backends{addrs: map[string]string{"a": a.srv.Listener.Addr().String()}}
+	s := &Server{Names: Names{BaseDomain: "kcp.test"}, Backends: be}
+	addr := door(t, s)
+	if _, err := get(a.client(addr, "api.shop.test", a.cert), "/"); err == nil || !strings.Contains(err.Error(), "unrecognized name") {
+		t.Fatalf("before the name is set: %v, want unrecognized name", err)
+	}
+	s.SetNames(Names{BaseDomain: "kcp.test", Extra: map[string]string{"api.shop.test": "a"}})
+	if got, err := get(a.client(addr, "api.shop.test", a.cert), "/"); err != nil || got != "cluster a, user a-user" {
+		t.Errorf("by its extra name: %q, %v", got, err)
+	}
+	s.SetNames(Names{BaseDomain: "kcp.test"})
+	if _, err := get(a.client(addr, "api.shop.test", a.cert), "/"); err == nil {
+		t.Errorf("a removed name still routes")
+	}
+	if got, err := get(a.client(addr, "a.kcp.test", a.cert), "/"); err != nil || got != "cluster a, user a-user" {
+		t.Errorf("by its own name: %q, %v", got, err)
+	}
+}
+
 func TestAClientCertificateOfOneClusterIsRefusedByAnother(t *testing.T) {
 	a, b, _, _, addr := twoTenants(t)
 	// A's user, trusting B's CA (so the server check passes), offers A's certificate to B.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -81,4 +82,63 @@ func (n Names) Of(cluster string) []string {
 		out = append([]string{cluster + "." + strings.ToLower(n.BaseDomain)}, out...)
 	}
 	return out
+}
+
+// Claim is one cluster's wish for extra names (a Cluster's spec.extraNames), with what
+// orders it against the others: the older claim keeps a name two clusters want.
+type Claim struct {
+	Cluster string
+	Names   []string
+	Since   time.Time // the Cluster's creation
+}
+
+// Refusal is one extra name a cluster does not get, and why: the error its Cluster shows.
+type Refusal struct {
+	Cluster string
+	Index   int // into the claim's Names, for the field path spec.extraNames[Index]
+	Name    string
+	Reason  string
+}
+
+func (r Refusal) Error() string {
+	return fmt.Sprintf("spec.extraNames[%d] %q: %s", r.Index, r.Name, r.Reason)
+}
+
+// WithClaims is n with the extra names of claims, decided alone from them so that every
+// pass, and every provider, decides the same: a name under the base domain is refused (a
+// label there is a cluster's own name, even one not made yet), and of two clusters that
+// claim one name the older claim keeps it (then the cluster name that sorts first). Names
+// are compared as DNS compares them: case and a trailing dot ignored. Validity of each
+// name is the API's concern (the CRD); a name that is not a DNS name is refused here too,
+// so that nothing unroutable reaches a certificate.
+func (n Names) WithClaims(claims []Claim) (Names, []Refusal) {
+	order := slices.Clone(claims)
+	slices.SortStableFunc(order, func(a, b Claim) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Cluster, b.Cluster)
+	})
+	base := strings.ToLower(strings.TrimSuffix(n.BaseDomain, "."))
+	out := Names{BaseDomain: n.BaseDomain, Extra: map[string]string{}}
+	var refused []Refusal
+	for _, c := range order {
+		for i, raw := range c.Names {
+			name := strings.ToLower(strings.TrimSuffix(raw, "."))
+			refuse := func(reason string) { refused = append(refused, Refusal{c.Cluster, i, raw, reason}) }
+			switch holder, taken := out.Extra[name]; {
+			case len(validation.IsDNS1123Subdomain(name)) > 0 || !strings.Contains(name, "."):
+				refuse("not a DNS name of two labels or more, such as api.acme.example")
+			case base != "" && (name == base || strings.HasSuffix(name, "."+base)):
+				refuse(fmt.Sprintf("is under the base domain %s, whose names are the clusters' own; choose a name outside it", base))
+			case taken && holder == c.Cluster:
+				// listed twice by one cluster: the CRD refuses that; harmless here
+			case taken:
+				refuse(fmt.Sprintf("is cluster %s's already (its claim is older); choose another name or remove it there first", holder))
+			default:
+				out.Extra[name] = c.Cluster
+			}
+		}
+	}
+	return out, refused
 }

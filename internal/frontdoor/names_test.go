@@ -1,9 +1,11 @@
 package frontdoor
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestClusterOfAServerName(t *testing.T) {
@@ -67,5 +69,49 @@ func TestValidateBaseDomain(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ValidateBaseDomain(%q) = %v, want an error saying %q", domain, err, want)
 		}
+	}
+}
+
+func TestExtraNamesGoToTheOlderClaim(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	claims := []Claim{
+		{Cluster: "late", Since: t0.Add(time.Hour), Names: []string{"API.shop.example.", "late.example"}},
+		{Cluster: "shop", Since: t0, Names: []string{"api.shop.example", "www.shop.example"}},
+		{Cluster: "bad", Since: t0, Names: []string{"x.kcp.example", "kcp.example", "a.b.KCP.example", "nodot", "under_score.example", "ok.example"}},
+		{Cluster: "twin", Since: t0.Add(time.Hour), Names: []string{"twin.example"}},
+		{Cluster: "atwin", Since: t0.Add(time.Hour), Names: []string{"twin.example"}}, // same age: the name that sorts first
+	}
+	n, refused := (Names{BaseDomain: "kcp.example"}).WithClaims(claims)
+	for name, want := range map[string]string{
+		"api.shop.example": "shop", "www.shop.example": "shop", "late.example": "late",
+		"ok.example": "bad", "twin.example": "atwin", "shop.kcp.example": "shop",
+	} {
+		if got, ok := n.Cluster(name); !ok || got != want {
+			t.Errorf("%s routes to %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	var got []string
+	for _, r := range refused {
+		got = append(got, r.Cluster+": "+r.Error())
+	}
+	want := []string{
+		`bad: spec.extraNames[0] "x.kcp.example": is under the base domain kcp.example, whose names are the clusters' own; choose a name outside it`,
+		`bad: spec.extraNames[1] "kcp.example": is under the base domain kcp.example, whose names are the clusters' own; choose a name outside it`,
+		`bad: spec.extraNames[2] "a.b.KCP.example": is under the base domain kcp.example, whose names are the clusters' own; choose a name outside it`,
+		`bad: spec.extraNames[3] "nodot": not a DNS name of two labels or more, such as api.acme.example`,
+		`bad: spec.extraNames[4] "under_score.example": not a DNS name of two labels or more, such as api.acme.example`,
+		`late: spec.extraNames[0] "API.shop.example.": is cluster shop's already (its claim is older); choose another name or remove it there first`,
+		`twin: spec.extraNames[0] "twin.example": is cluster atwin's already (its claim is older); choose another name or remove it there first`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("refused:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	if c, ok := n.Cluster("x.kcp.example"); !ok || c != "x" {
+		t.Errorf("a refused name under the base stays the cluster x's own: got %q, %v", c, ok)
+	}
+	// The same claims in any order decide the same.
+	slices.Reverse(claims)
+	if n2, r2 := (Names{BaseDomain: "kcp.example"}).WithClaims(claims); !maps.Equal(n.Extra, n2.Extra) || len(r2) != len(refused) {
+		t.Errorf("order changed the outcome: %v vs %v", n.Extra, n2.Extra)
 	}
 }
