@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,6 +39,8 @@ func FuzzClusterValidation(f *testing.F) {
 		`{"apiVersion":"socialweb.computer/v1alpha1","kind":"Cluster","metadata":{"name":"demo"},"spec":null,"status":{"phase":"Ready"}}`,
 		`{"apiVersion":"socialweb.computer/v1alpha1","kind":"Cluster","metadata":"demo"}`,
 		`{"apiVersion":"v1","kind":"Node","metadata":{"name":"demo"},"spec":{"account":"acme"}}`,
+		`{"apiVersion":"socialweb.computer/v1alpha1","kind":"Cluster","metadata":{"name":"shop"},"spec":{"account":"acme","extraNames":["api.shop.example","www.shop.example"]}}`,
+		`{"apiVersion":"socialweb.computer/v1alpha1","kind":"Cluster","metadata":{"name":"shop"},"spec":{"account":"acme","extraNames":["API.shop","nodot","a..b","x.example","x.example"]}}`,
 		`[]`, `null`, `{"oops"`,
 	} {
 		f.Add([]byte(seed))
@@ -68,6 +71,11 @@ func FuzzClusterValidation(f *testing.F) {
 			c.Spec.Running == nil || c.Spec.MaxNodes < 0 || c.Spec.MaxNodes > 1000 || c.Spec.PodsPerNode < 1 || c.Spec.PodsPerNode > 250 {
 			t.Fatalf("accepted %s as %+v, %+v", b, c.ObjectMeta, c.Spec)
 		}
+		for _, n := range c.Spec.ExtraNames { // what frontdoor.Names.WithClaims and a certificate take
+			if len(n) > 253 || !extraNameRE.MatchString(n) || slices.ContainsFunc(strings.Split(n, "."), func(l string) bool { return len(l) > 63 }) {
+				t.Fatalf("accepted %s with the extra name %q", b, n)
+			}
+		}
 		// An update that changes nothing passes; one that changes spec.account is refused,
 		// naming it.
 		old := runtime.DeepCopyJSON(obj)
@@ -85,6 +93,8 @@ func FuzzClusterValidation(f *testing.F) {
 var (
 	nameRE    = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 	accountRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// A DNS-1123 subdomain of two labels or more.
+	extraNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`)
 )
 
 // namesField: the error's path names the field, or, when its path is the root (a rule on

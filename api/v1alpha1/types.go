@@ -60,6 +60,11 @@ type ClusterSpec struct {
 	// the front door (processes stopped, port released, data kept); the first request
 	// wakes it. Unset: the provider's default (serve --sleep-after), off unless given.
 	SleepAfter *metav1.Duration `json:"sleepAfter,omitempty"`
+	// ExtraNames are DNS names the cluster answers to at the front door besides
+	// <name>.<base-domain>, such as a vanity domain the tenant points at the host: routed
+	// by the front door and carried by the apiserver's serving certificate. A name under
+	// the base domain, or one an older Cluster claims, is refused with a condition.
+	ExtraNames []string `json:"extraNames,omitempty"`
 }
 
 // ClusterStatus is what the provider reports, through the status subresource.

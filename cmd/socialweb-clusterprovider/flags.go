@@ -45,6 +45,9 @@ func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error)
 	if err != nil {
 		return clusterprovider.Config{}, fmt.Errorf("--port-range: %w", err)
 	}
+	if err := portallocator.CheckNotEphemeral(rng); err != nil {
+		return clusterprovider.Config{}, fmt.Errorf("--port-range %s: %w", rng, err)
+	}
 	cfg := clusterprovider.Config{DataRoot: f.dataRoot, BinDir: f.binDir, PostgresBin: postgresBinDir, Ports: rng}
 	if f.k3sBinary != "" {
 		if cfg.K3sBinary, err = k3sBinary(f.k3sBinary); err != nil {

@@ -27,7 +27,7 @@ func TestTwoClustersBehindOneFrontDoor(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	other := livetest.OtherHost(t, "a.kcp.test", "b.kcp.test")
 	root := livetest.DataRoot(t)
-	r, kubectl, metricsURL := startServeWith(t, exe, bin, root, "33400-33449",
+	r, kubectl, metricsURL := startServeWith(t, exe, bin, root, "31700-31749",
 		"--front-door", net.JoinHostPort(other.HostIP, "0"), "--base-domain", "kcp.test")
 	line := r.WaitLine(t, "front door: ")
 	addr := strings.Fields(strings.TrimPrefix(line, "front door: "))[0]

@@ -16,7 +16,7 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kwok", "socialweb-cloud-controller-manager")
 	root := livetest.DataRoot(t)
 	// With a simulated node, so the node group (kwok) must be reaped and restarted too.
-	args := []string{"up", "crashy", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "33000-33099"}
+	args := []string{"up", "crashy", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "31300-31399"}
 	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"), "/usr/lib/postgresql/15/bin/postgres"}
 	dataDir := filepath.Join(root, "clusters", "crashy") + "/"
 

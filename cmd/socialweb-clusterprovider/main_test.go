@@ -52,6 +52,8 @@ func TestBadInvocationsNameWhatIsWrong(t *testing.T) {
 		{[]string{"up"}, "NAME"},
 		{[]string{"up", "demo", "--port-range", "9-8"}, "--port-range"},
 		{[]string{"up", "demo", "--max-nodes", "-1"}, "--max-nodes"},
+		// Linux's default ephemeral ports are 32768-60999; nothing here reserves 45000-45099.
+		{[]string{"up", "demo", "--port-range", "45000-45099"}, "--port-range 45000-45099: ports 45000-45099 are in the kernel's ephemeral range"},
 		{[]string{"up", "demo", "--nodes", "-1"}, "--nodes"},
 		{[]string{"nodes"}, "usage: nodes add"},
 		{[]string{"nodes", "ls"}, "usage: nodes add"},

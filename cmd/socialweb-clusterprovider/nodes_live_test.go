@@ -17,7 +17,7 @@ import (
 func TestTheOperatorAddsAndRemovesNodes(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kwok", "socialweb-cloud-controller-manager")
 	root := livetest.DataRoot(t)
-	r := startProvider(t, exe, "up", "ops", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "33100-33199")
+	r := startProvider(t, exe, "up", "ops", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "31400-31499")
 	waitLine := func(what string) { t.Helper(); r.WaitLine(t, what) }
 	waitLine("node ops-n1")
 	waitLine("press Ctrl-C")

@@ -25,7 +25,7 @@ import (
 func TestTheServiceRecovers(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
 	root := livetest.DataRoot(t)
-	r, kubectl, _ := startServe(t, exe, bin, root, "33300-33399")
+	r, kubectl, _ := startServe(t, exe, bin, root, "31600-31699")
 	phase := func(name string) string { return kubectl("get", "clusters", name, "-o", "jsonpath={.status.phase}") }
 	waitPhase := func(name, want string) {
 		t.Helper()
@@ -106,7 +106,7 @@ spec: {cluster: two, nodeID: n1}
 		before, _ := processrunner.FindByMarker(root+"/", programs)
 		r.Cmd.Process.Signal(syscall.SIGKILL)
 		r.Cmd.Wait()
-		r, _, _ = startServe(parent, exe, bin, root, "33300-33399") // it outlives this subtest
+		r, _, _ = startServe(parent, exe, bin, root, "31600-31699") // it outlives this subtest
 		// The status still says Ready from before the crash: wait for this run's own
 		// verdict, Unavailable while it brings them back, then Ready.
 		waitPhase("one", "Unavailable")

@@ -23,7 +23,7 @@ import (
 func TestServeWithItsOwnFront(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	r, kubectl, metricsURL := startServe(t, exe, bin, root, "33200-33299")
+	r, kubectl, metricsURL := startServe(t, exe, bin, root, "31500-31599")
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
 	os.WriteFile(manifest, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: web, namespace: default}\nspec: {account: acme}\n"), 0o600)
 	t0 := time.Now()

@@ -30,7 +30,7 @@ import (
 
 // sleepDoor is the front door of the sleep test: a fixed port, as a restarted provider
 // must come back where the kubeconfig it delivered says.
-const sleepDoor = "127.0.0.1:33690"
+const sleepDoor = "127.0.0.1:31990"
 
 // An idle cluster sleeps (no process, no lease, data kept) and the first request through
 // the front door wakes it: kubectl finds what was written before it slept; 20 concurrent
@@ -41,7 +41,7 @@ func TestAnIdleClusterSleepsAndARequestWakesIt(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
 	serve := func() (*running, func(args ...string) string, string) {
-		return startServeWith(t, exe, bin, root, "33600-33689", "--front-door", sleepDoor, "--base-domain", "kcp.test")
+		return startServeWith(t, exe, bin, root, "31900-31989", "--front-door", sleepDoor, "--base-domain", "kcp.test")
 	}
 	r, kubectl, metricsURL := serve()
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")

@@ -26,7 +26,7 @@ func TestCtrlCDuringABringUpLeavesNothing(t *testing.T) {
 	programs := livetest.StackPrograms(bin)
 	for _, after := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second} {
 		t.Run(fmt.Sprintf("after %s", after), func(t *testing.T) {
-			r, kubectl, _ := startServe(t, exe, bin, root, "33400-33449")
+			r, kubectl, _ := startServe(t, exe, bin, root, "31700-31749")
 			kubectl("apply", "-f", manifest)
 			time.Sleep(after) // the moment of the Ctrl-C is what is tested, not a synchronisation
 			phase := kubectl("get", "clusters", "cut", "-o", "jsonpath={.status.phase}")
@@ -53,7 +53,7 @@ func TestCtrlCDuringABringUpLeavesNothing(t *testing.T) {
 func TestASecondProviderOnAHeldDataRootIsRefused(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	r, kubectl, _ := startServe(t, exe, bin, root, "33450-33499")
+	r, kubectl, _ := startServe(t, exe, bin, root, "31750-31799")
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
 	os.WriteFile(manifest, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: x, namespace: default}\nspec: {account: acme}\n"), 0o600)
 	kubectl("apply", "-f", manifest)
@@ -73,8 +73,8 @@ func TestASecondProviderOnAHeldDataRootIsRefused(t *testing.T) {
 	}
 	before := pids()
 	for _, args := range [][]string{
-		{"up", "x", "--data-root", root, "--bin-dir", bin, "--port-range", "33450-33499"},
-		{"serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33450-33499", "--metrics-address", "127.0.0.1:0"},
+		{"up", "x", "--data-root", root, "--bin-dir", bin, "--port-range", "31750-31799"},
+		{"serve", "--data-root", root, "--bin-dir", bin, "--port-range", "31750-31799", "--metrics-address", "127.0.0.1:0"},
 	} {
 		t0 := time.Now()
 		out, err := exec.Command(exe, args...).CombinedOutput()
@@ -103,7 +103,7 @@ func TestASecondProviderOnAHeldDataRootIsRefused(t *testing.T) {
 func TestCtrlCRightAfterACrashLeavesNothing(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	r, kubectl, _ := startServe(t, exe, bin, root, "33250-33299")
+	r, kubectl, _ := startServe(t, exe, bin, root, "31550-31599")
 	manifest := filepath.Join(t.TempDir(), "clusters.yaml")
 	os.WriteFile(manifest, []byte(`apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
@@ -127,7 +127,7 @@ spec: {account: acme}
 	programs := livetest.StackPrograms(bin)
 	crashed, _ := processrunner.FindByMarker(filepath.Join(root, "clusters")+"/", programs)
 	// One bring-up at a time: the second cluster waits for a slot it never gets.
-	r = startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", "33250-33299", "--metrics-address", "127.0.0.1:0", "--max-bring-ups", "1")
+	r = startProvider(t, exe, "serve", "--data-root", root, "--bin-dir", bin, "--port-range", "31550-31599", "--metrics-address", "127.0.0.1:0", "--max-bring-ups", "1")
 	r.WaitLine(t, "serving Clusters")
 	r.Cmd.Process.Signal(syscall.SIGINT)
 	r.WaitLine(t, "nothing is running")

@@ -23,7 +23,7 @@ import (
 func TestTheCLIWalkthrough(t *testing.T) {
 	livetest.Start(t)
 	bin := livetest.BinDir(t)
-	lookup, err := clusterprovider.New(clusterprovider.Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: clusterstack.DefaultPostgresBin, Ports: portallocator.Range{First: 35400, Last: 35499}})
+	lookup, err := clusterprovider.New(clusterprovider.Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: clusterstack.DefaultPostgresBin, Ports: portallocator.Range{First: 32000, Last: 32099}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	provider := livetest.Build(t, "socialweb.computer/kcp/cmd/socialweb-clusterprovider")
 	cli := livetest.Build(t, "socialweb.computer/kcp/cmd/socialweb-kcp")
 	root := livetest.DataRoot(t)
-	serve, operator, _ := livetest.Serve(t, provider, bin, root, "35400-35499")
+	serve, operator, _ := livetest.Serve(t, provider, bin, root, "32000-32099")
 	work := t.TempDir()
 	kcp := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()
@@ -63,7 +63,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		return out
 	}
 
-	if out := must("version"); !strings.Contains(out, "front: v1.") || !strings.Contains(out, " at https://127.0.0.1:35400") {
+	if out := must("version"); !strings.Contains(out, "front: v1.") || !strings.Contains(out, " at https://127.0.0.1:32000") {
 		t.Errorf("version: %s", out)
 	}
 	t0 := time.Now()

@@ -73,7 +73,7 @@ func liveProvider(t *testing.T, opts ...func(*Config)) (*Provider, *events) {
 	root := livetest.DataRoot(t)
 	ev := &events{}
 	cfg := Config{
-		DataRoot: root, BinDir: binDir(t), Ports: portallocator.Range{First: 31000, Last: 31999},
+		DataRoot: root, BinDir: binDir(t), Ports: portallocator.Range{First: 31000, Last: 31199},
 		Grace: 10 * time.Second, OnEvent: ev.on,
 	}
 	for _, o := range opts {

@@ -36,7 +36,7 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	core := kubernetes.NewForConfigOrDie(cfg)
 
 	// The provider of tenant clusters, with its own data root and ports.
-	p, err := New(Config{DataRoot: livetest.DataRoot(t), BinDir: binDir(t), Ports: portallocator.Range{First: 34000, Last: 34099}, Grace: 10 * time.Second})
+	p, err := New(Config{DataRoot: livetest.DataRoot(t), BinDir: binDir(t), Ports: portallocator.Range{First: 31200, Last: 31299}, Grace: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ var (
 	seedFlag = flag.Uint64("seed", 0, "the schedule's seed; 0 picks one from the clock (the test prints it)")
 	clusters = flag.Int("clusters", 4, "clusters the faults hit")
 	budget   = flag.Duration("for", 0, "stop injecting once this much time has passed (0: no limit), then end as usual: delete all, stop, nothing left; a long run that must fit a window")
-	ports    = flag.String("port-range", "33500-33599", "the apiservers' ports (another range lets a long run go on beside the suite)")
+	ports    = flag.String("port-range", "31800-31899", "the apiservers' ports (another range lets a long run go on beside the suite)")
 )
 
 // A seeded schedule of faults against a provider with clusters that hold data: after each

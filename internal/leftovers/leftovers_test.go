@@ -28,7 +28,7 @@ func TestFindSeesWhatIsLeftAndKillEndsIt(t *testing.T) {
 	start(filepath.Join(root, "ab", "data")) // a sibling's: never ours
 
 	bookPath := filepath.Join(root, "ports.json")
-	rng := portallocator.Range{First: 36100, Last: 36199}
+	rng := portallocator.Range{First: 32200, Last: 32299}
 	book, err := portallocator.Open(bookPath, rng)
 	if err != nil {
 		t.Fatal(err)

@@ -12,10 +12,12 @@ import (
 
 // Port ranges: each package's live tests lease apiserver ports from ranges no other
 // package uses, so that two packages may run at once (go test's default -p) without one
-// provider binding a port another one leased: cmd/socialweb-clusterprovider 33000-33499,
-// internal/faults 33500-33599, internal/clusterprovider 31000-31999 and 34000-34099,
-// cmd/socialweb-kcp 35400-35499, internal/leftovers 36100-36199 (leased, probed by a momentary bind); a
-// long fault run by hand, 34500-34599.
+// provider binding a port another one leased: internal/clusterprovider 31000-31299,
+// cmd/socialweb-clusterprovider 31300-31799 and 31900-31990, internal/faults 31800-31899,
+// cmd/socialweb-kcp 32000-32099, bench/frontdoor 32100-32199, internal/leftovers
+// 32200-32299 (leased, probed by a momentary bind), a long fault run by hand 32300-32399.
+// All lie below the kernel's ephemeral ports (32768 and up): a port there can be taken by
+// any outgoing connection while its apiserver restarts (portallocator.CheckNotEphemeral).
 
 // Required reports whether live tests must run (CI sets SOCIALWEB_REQUIRE_LIVE=1).
 func Required() bool { return os.Getenv("SOCIALWEB_REQUIRE_LIVE") == "1" }
