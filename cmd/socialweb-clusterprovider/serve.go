@@ -161,7 +161,7 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	var door *frontdoor.Server
 	if doorLn != nil {
 		door = &frontdoor.Server{Names: cfg.FrontDoor.Names, Backends: loop, Metrics: frontdoor.NewMetrics(metrics.Registry), Log: log}
-		loop.Activity, loop.SleepAfter = door, o.sleepAfter
+		loop.Activity, loop.SleepAfter, loop.Router = door, o.sleepAfter, door
 	}
 	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)

@@ -30,6 +30,7 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/frontevents"
 	"socialweb.computer/kcp/internal/instancesnapshot"
 	"socialweb.computer/kcp/internal/materialiser"
@@ -86,6 +87,14 @@ type Loop struct {
 	// SleepAfter is the sleep of a Cluster that sets no spec.sleepAfter; 0: such a
 	// cluster never sleeps.
 	SleepAfter time.Duration
+	// Router, when set, is told the names the front door routes each time the Clusters'
+	// spec.extraNames change what they are.
+	Router Router
+	// names are the front door's names as last decided, and refusedNames each
+	// cluster's extra names it does not get, as errors naming the field (syncDoorNames).
+	namesMu      sync.Mutex
+	names        *frontdoor.Names
+	refusedNames map[string][]string
 
 	// OnServing, when set, is called once the loop serves (its informers synced): serve
 	// tells systemd it is ready then.
@@ -360,6 +369,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	if owner := NameOwner(all, cl.Name); owner != key {
 		return 0, l.refuseName(ctx, &cl, owner)
 	}
+	l.syncDoorNames()
 	st := l.st(key)
 	o, err := l.observe(ctx, &cl, st)
 	if err != nil {
@@ -399,6 +409,19 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	}
 	if slices.Contains(r.Ops, materialiser.OpRemoveFinalizer) {
 		return 0, nil // the object goes
+	}
+	l.mu.Lock()
+	c, up := st.cluster, st.group == materialiser.GroupUp
+	l.mu.Unlock()
+	if up && c != nil {
+		// An extra name given while it runs: the certificate is minted again and the
+		// apiserver reloads it; a bring-up mints with the names of its time.
+		if minted, err := c.EnsureServingNames(); err != nil {
+			log.Warn("serving certificate not minted for the front door's names; retried", "err", err)
+			return 0, err
+		} else if minted {
+			log.Info("serving certificate minted again for the front door's names", "names", c.doorNames)
+		}
 	}
 	l.observePhase(key, r.Phase, o.Nodes)
 	l.enqueueNodesOf(ns, name)
@@ -726,6 +749,7 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 		cond.Message += ": " + strings.Join(progress, ", ")
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
+	l.extraNamesCondition(&status.Conditions, cl.Name, cl.Spec.ExtraNames, cl.Generation)
 	if equalStatus(cl.Status, status) {
 		return
 	}

@@ -82,6 +82,27 @@ const InstallHint = "deploy/install-components.sh"
 type Provider struct {
 	cfg  Config
 	book *portallocator.Book
+
+	namesMu sync.Mutex
+	names   *frontdoor.Names // the front door's names now (SetFrontDoorNames); nil: cfg's
+}
+
+// SetFrontDoorNames is the front door's names from now on (the Clusters' extra names
+// changed): what a serving certificate minted from now on carries.
+func (p *Provider) SetFrontDoorNames(n frontdoor.Names) {
+	p.namesMu.Lock()
+	defer p.namesMu.Unlock()
+	p.names = &n
+}
+
+// servingNames are the front-door names cluster's serving certificate must carry now.
+func (p *Provider) servingNames(cluster string) []string {
+	p.namesMu.Lock()
+	defer p.namesMu.Unlock()
+	if p.names != nil {
+		return p.names.Of(cluster)
+	}
+	return p.cfg.FrontDoor.Names.Of(cluster)
 }
 
 // New opens the provider's lease book under DataRoot.
@@ -221,6 +242,24 @@ type Cluster struct {
 
 	exited   chan procgroup.Exit // the first member of either group to exit on its own
 	stopping chan struct{}       // closed by Stop: the watchers end
+
+	doorNames []string // the front-door names its serving certificate carries
+}
+
+// EnsureServingNames mints the serving certificate again, from the same CA, when the
+// cluster's front-door names changed since it was minted (an extra name given or taken
+// while it runs). kube-apiserver reloads its certificate when the file changes, so
+// nothing restarts; it says whether it minted. One caller at a time (the loop's pass).
+func (c *Cluster) EnsureServingNames() (bool, error) {
+	want := c.p.servingNames(c.Name)
+	if slices.Equal(want, c.doorNames) {
+		return false, nil
+	}
+	if err := EnsureCredentials(c.Spec, append(slices.Clone(c.p.cfg.SANs), want...), c.URL); err != nil {
+		return false, fmt.Errorf("cluster %s: serving certificate for %v: %w", c.Name, want, err)
+	}
+	c.doorNames = want
+	return true, nil
 }
 
 // Exited delivers the first member of the cluster's groups (the process group or the node
@@ -350,9 +389,10 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	sans, url := p.cfg.SANs, s.URL()
+	sans, url, doorNames := p.cfg.SANs, s.URL(), []string(nil)
 	if !s.Front { // the front is the operator's, never behind the tenants' door
-		sans = append(slices.Clone(sans), p.cfg.FrontDoor.Names.Of(name)...)
+		doorNames = p.servingNames(name)
+		sans = append(slices.Clone(sans), doorNames...)
 		if u := p.cfg.FrontDoor.URL(name); u != "" {
 			url = u
 		}
@@ -364,7 +404,8 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{})}
+	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}),
+		doorNames: doorNames}
 	steps, err := StepsFor(StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter})
 	if err != nil {
 		c.closeLogs()

@@ -179,6 +179,20 @@ func (h *harness) fatalf(format string, args ...any) {
 			h.t.Logf("serve's log, last lines:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
 		}
 	}
+	// Who holds the range's ports, and what those processes are: a port found taken is
+	// otherwise a guess.
+	if out, err := exec.Command("ss", "-tanpH", "sport", ">=", ":"+strings.Split(h.ports, "-")[0], "and", "sport", "<=", ":"+strings.Split(h.ports, "-")[1]).CombinedOutput(); err == nil {
+		h.t.Logf("sockets on %s (ss -tanp):\n%s", h.ports, out)
+	}
+	if out, err := exec.Command("ps", "-eo", "pid,ppid,stat,lstart,args", "--sort", "pid").CombinedOutput(); err == nil {
+		var keep []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, h.root) {
+				keep = append(keep, l)
+			}
+		}
+		h.t.Logf("processes under %s:\n%s", h.root, strings.Join(keep, "\n"))
+	}
 	h.t.Fatalf(format, args...)
 }
 

@@ -76,13 +76,33 @@ func (id Identity) Alive() bool {
 	return !isZombie(id.Pid)
 }
 
+// isZombie reports whether pid has exited: every thread of it is a zombie or dead. The
+// leader's own state is not enough: a multi-threaded program's leader shows Z while its
+// other threads still exit, and they share the descriptor table, so its listening socket
+// stays bound until the last of them is gone (a restarted apiserver then failed with
+// "address already in use" on the port the dead one had).
 func isZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return true
 	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+	for _, t := range tids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue // that thread is gone
+		}
+		if !exitedState(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// exitedState reads a /proc stat line's state, after the command name (which may hold
+// spaces and parentheses): Z (zombie) or X (dead) have exited.
+func exitedState(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
 }
 
 // ErrStillAlive is returned when a process outlived SIGKILL and the deadline.

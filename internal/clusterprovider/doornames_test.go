@@ -1,0 +1,126 @@
+package clusterprovider
+
+import (
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/frontdoor"
+)
+
+type fakeRouter struct{ set []frontdoor.Names }
+
+func (r *fakeRouter) SetNames(n frontdoor.Names) { r.set = append(r.set, n) }
+
+func clusterWithNames(ns, name string, age time.Duration, names ...string) *unstructured.Unstructured {
+	u := v1alpha1.Object("Cluster", name, map[string]any{"account": "a"})
+	u.SetNamespace(ns)
+	u.SetCreationTimestamp(metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(-age)))
+	if len(names) > 0 {
+		unstructured.SetNestedStringSlice(u.Object, names, "spec", "extraNames")
+	}
+	return u
+}
+
+// The names a Cluster asks for reach the front door and the serving certificate; a name
+// an older Cluster holds is refused with a condition naming the field; a Cluster that
+// shares another namespace's cluster name claims nothing.
+func TestExtraNamesAreRoutedCertifiedOrRefused(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, u := range []*unstructured.Unstructured{
+		clusterWithNames("team-a", "shop", 2*time.Hour, "api.shop.example", "www.shop.example"),
+		clusterWithNames("team-b", "copy", time.Hour, "api.shop.example", "copy.example"),
+		clusterWithNames("team-c", "shop", 3*time.Minute, "sneaky.example"), // not the owner of "shop"
+		clusterWithNames("team-a", "plain", time.Hour),
+	} {
+		idx.Add(u)
+	}
+	objs, _ := cache.NewGenericLister(idx, ClustersResource.GroupResource()).List(labels.Everything())
+	claims := Claims(objs)
+	if len(claims) != 2 {
+		t.Fatalf("claims = %+v, want shop's (team-a) and copy's", claims)
+	}
+
+	p := &Provider{cfg: Config{FrontDoor: FrontDoor{Names: frontdoor.Names{BaseDomain: "kcp.example"}, Port: 6443}}}
+	router := &fakeRouter{}
+	l := &Loop{P: p, Router: router, Log: slog.New(slog.DiscardHandler), lister: cache.NewGenericLister(idx, ClustersResource.GroupResource()),
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	defer l.queue.ShutDown()
+	l.syncDoorNames()
+	l.syncDoorNames() // unchanged: not set again
+	if len(router.set) != 1 {
+		t.Fatalf("the front door was given names %d times, want once", len(router.set))
+	}
+	if c, ok := router.set[0].Cluster("api.shop.example"); !ok || c != "shop" {
+		t.Errorf("api.shop.example routes to %q, %v", c, ok)
+	}
+	if _, ok := router.set[0].Cluster("sneaky.example"); ok {
+		t.Error("a Cluster that does not own its name got an extra name")
+	}
+	if got, want := p.servingNames("shop"), []string{"shop.kcp.example", "api.shop.example", "www.shop.example"}; !slices.Equal(got, want) {
+		t.Errorf("shop's certificate names %v, want %v", got, want)
+	}
+
+	var conds []metav1.Condition
+	l.extraNamesCondition(&conds, "copy", []string{"api.shop.example", "copy.example"}, 3)
+	c := meta.FindStatusCondition(conds, ExtraNamesCondition)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Refused" || c.ObservedGeneration != 3 ||
+		c.Message != `spec.extraNames[0] "api.shop.example": is cluster shop's already (its claim is older); choose another name or remove it there first` {
+		t.Errorf("copy's condition: %+v", c)
+	}
+	l.extraNamesCondition(&conds, "shop", []string{"api.shop.example", "www.shop.example"}, 1)
+	if c := meta.FindStatusCondition(conds, ExtraNamesCondition); c.Status != metav1.ConditionTrue ||
+		c.Message != "routed to this cluster and on its serving certificate: api.shop.example, www.shop.example" {
+		t.Errorf("shop's condition: %+v", c)
+	}
+	l.extraNamesCondition(&conds, "plain", nil, 1)
+	if meta.FindStatusCondition(conds, ExtraNamesCondition) != nil {
+		t.Error("a Cluster with no extra names keeps the condition")
+	}
+	off := &Loop{P: &Provider{}}
+	off.syncDoorNames()
+	l2 := []metav1.Condition{}
+	off.extraNamesCondition(&l2, "shop", []string{"api.shop.example"}, 1)
+	if c := meta.FindStatusCondition(l2, ExtraNamesCondition); c == nil || c.Reason != "NoFrontDoor" {
+		t.Errorf("without a front door: %+v", c)
+	}
+}
+
+// A name given while the cluster runs: its serving certificate is minted again (the
+// apiserver reloads it), once.
+func TestAnExtraNameGivenWhileItRunsIsCertified(t *testing.T) {
+	s := clusterstackSpec(t)
+	p := &Provider{cfg: Config{FrontDoor: FrontDoor{Names: frontdoor.Names{BaseDomain: "kcp.example"}, Port: 6443}}}
+	if err := EnsureCredentials(s, p.servingNames("demo"), "https://demo.kcp.example:6443"); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Name: "demo", Spec: s, URL: "https://demo.kcp.example:6443", p: p, doorNames: p.servingNames("demo")}
+	if minted, err := c.EnsureServingNames(); minted || err != nil {
+		t.Fatalf("nothing changed, yet minted %v, %v", minted, err)
+	}
+	p.SetFrontDoorNames(frontdoor.Names{BaseDomain: "kcp.example", Extra: map[string]string{"api.demo.example": "demo"}})
+	if minted, err := c.EnsureServingNames(); !minted || err != nil {
+		t.Fatalf("a name given: minted %v, %v", minted, err)
+	}
+	cert, err := x509Cert(s.Layout().APIServerCert())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"api.demo.example", "demo.kcp.example", "127.0.0.1"} {
+		if err := cert.VerifyHostname(h); err != nil {
+			t.Errorf("serving certificate: %v", err)
+		}
+	}
+	if minted, _ := c.EnsureServingNames(); minted {
+		t.Error("minted again with the same names")
+	}
+}
