@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -17,6 +18,7 @@ import (
 // providerFlags are the flags of every verb that runs clusters (up, serve).
 type providerFlags struct {
 	dataRoot, binDir, ports, k3sBinary string
+	bindAddress, advertiseAddress      string
 	verbose                            bool
 }
 
@@ -34,6 +36,8 @@ func addProviderFlags(fs *pflag.FlagSet) *providerFlags {
 	fs.StringVar(&f.binDir, "bin-dir", envOr("SOCIALWEB_BIN_DIR", defaultBinDir()), "where kine and the Kubernetes binaries are (env SOCIALWEB_BIN_DIR)")
 	fs.StringVar(&f.ports, "port-range", envOr("SOCIALWEB_PORT_RANGE", "30000-30999"), "ports the apiservers may lease, FIRST-LAST (env SOCIALWEB_PORT_RANGE)")
 	fs.StringVar(&f.k3sBinary, "k3s-binary", "", "path to a k3s binary: runs each control plane as k3s server instead of kube-apiserver/controller-manager/scheduler (not live-tested here)")
+	fs.StringVar(&f.bindAddress, "apiserver-bind-address", "", "the IP the tenant apiservers listen on (default 127.0.0.1; beyond loopback their ports are open to the network, not only the front door)")
+	fs.StringVar(&f.advertiseAddress, "apiserver-advertise-address", "", "the IP the tenant apiservers tell their clusters to reach them at (default: the bind address, or 127.0.0.1 with 0.0.0.0)")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "copy every component's log to stderr")
 	return f
 }
@@ -49,6 +53,10 @@ func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error)
 		return clusterprovider.Config{}, fmt.Errorf("--port-range %s: %w", rng, err)
 	}
 	cfg := clusterprovider.Config{DataRoot: f.dataRoot, BinDir: f.binDir, PostgresBin: postgresBinDir, Ports: rng}
+	if err := checkAddresses(f.bindAddress, f.advertiseAddress); err != nil {
+		return clusterprovider.Config{}, err
+	}
+	cfg.APIServerBindAddress, cfg.APIServerAdvertiseAddress = f.bindAddress, f.advertiseAddress
 	if f.k3sBinary != "" {
 		if cfg.K3sBinary, err = k3sBinary(f.k3sBinary); err != nil {
 			return clusterprovider.Config{}, err
@@ -58,6 +66,29 @@ func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error)
 		cfg.Log = stderr
 	}
 	return cfg, nil
+}
+
+// checkAddresses refuses an apiserver address that is not an IP, a bind address this host
+// does not have, and an advertise address that names no one host.
+func checkAddresses(bind, advertise string) error {
+	if bind != "" {
+		ip := net.ParseIP(bind)
+		if ip == nil {
+			return fmt.Errorf("--apiserver-bind-address %q: not an IP address; give one of this host's, 0.0.0.0 for all of them, or leave it out for 127.0.0.1", bind)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+		if err != nil {
+			return fmt.Errorf("--apiserver-bind-address %s: cannot be bound on this host (%v); give one of this host's addresses (ip -br addr), 0.0.0.0, or leave it out for 127.0.0.1", bind, err)
+		}
+		l.Close()
+	}
+	if advertise != "" {
+		ip := net.ParseIP(advertise)
+		if ip == nil || ip.IsUnspecified() {
+			return fmt.Errorf("--apiserver-advertise-address %q: want the one IP address the clusters' clients reach their apiserver at, not %q; or leave it out", advertise, advertise)
+		}
+	}
+	return nil
 }
 
 // k3sBinary checks --k3s-binary: an executable regular file. It returns its absolute path,

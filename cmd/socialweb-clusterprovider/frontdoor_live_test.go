@@ -38,12 +38,12 @@ func TestTwoClustersBehindOneFrontDoor(t *testing.T) {
 	os.WriteFile(manifest, []byte(`apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
 metadata: {name: a, namespace: default}
-spec: {account: acme}
+spec: {account: acme, extraNames: [api.a.example]}
 ---
 apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
 metadata: {name: b, namespace: default}
-spec: {account: acme}
+spec: {account: acme, extraNames: [api.a.example, b.other.test]}
 `), 0o600)
 	kubectl("apply", "-f", manifest)
 	dir := t.TempDir()
@@ -78,6 +78,24 @@ spec: {account: acme}
 			t.Errorf("through %s's kubeconfig, whoami = %q, %v; want %s", c, out, err, c)
 		}
 	}
+	// Extra names: each routes to the cluster that holds it, whose certificate carries it;
+	// a name two clusters ask for goes to the older claim (created in the same second: the
+	// name that sorts first, a), and b's Cluster says which of its names it did not get.
+	for name, c := range map[string]string{"api.a.example": "a", "b.other.test": "b"} {
+		if out, err := there(c, "--tls-server-name", name, "get", "configmap", "whoami", "-o", "jsonpath={.data.cluster}"); err != nil || out != c {
+			t.Errorf("at %s: whoami = %q, %v; want %s", name, out, err, c)
+		}
+	}
+	if out := kubectl("get", "clusters", "b", "-o", `jsonpath={.status.conditions[?(@.type=="ExtraNames")].message}`); !strings.Contains(out, `spec.extraNames[0] "api.a.example": is cluster a's already`) {
+		t.Errorf("b's ExtraNames condition: %q, want api.a.example refused as a's", out)
+	}
+	// A name given while a runs: routed, and on its certificate once the apiserver has
+	// reloaded it, with no restart.
+	kubectl("patch", "clusters", "a", "--type", "merge", "-p", `{"spec":{"extraNames":["api.a.example","a2.example"]}}`)
+	eventually(t, 2*time.Minute, "a at its new name a2.example", func() (bool, string) {
+		out, err := there("a", "--tls-server-name", "a2.example", "--request-timeout", "10s", "get", "configmap", "whoami", "-o", "jsonpath={.data.cluster}")
+		return err == nil && out == "a", out
+	})
 	// A's client certificate at B's name (trusting B's CA, so that the server check
 	// passes): B's apiserver does not know it.
 	bCA := filepath.Join(dir, "b-ca.crt")

@@ -52,6 +52,9 @@ func TestBadInvocationsNameWhatIsWrong(t *testing.T) {
 		{[]string{"up"}, "NAME"},
 		{[]string{"up", "demo", "--port-range", "9-8"}, "--port-range"},
 		{[]string{"up", "demo", "--max-nodes", "-1"}, "--max-nodes"},
+		{[]string{"up", "demo", "--apiserver-bind-address", "localhost"}, `--apiserver-bind-address "localhost": not an IP address`},
+		{[]string{"up", "demo", "--apiserver-bind-address", "192.0.2.77"}, "--apiserver-bind-address 192.0.2.77: cannot be bound on this host"}, // TEST-NET-1: no host has it
+		{[]string{"serve", "--data-root", "DATA", "--apiserver-advertise-address", "0.0.0.0"}, `--apiserver-advertise-address "0.0.0.0": want the one IP address`},
 		// Linux's default ephemeral ports are 32768-60999; nothing here reserves 45000-45099.
 		{[]string{"up", "demo", "--port-range", "45000-45099"}, "--port-range 45000-45099: ports 45000-45099 are in the kernel's ephemeral range"},
 		{[]string{"up", "demo", "--nodes", "-1"}, "--nodes"},

@@ -59,7 +59,7 @@ func (l *Loop) addressLocked(name string) (string, <-chan struct{}, error) {
 			}
 			return "", l.changed, nil
 		case st.group == materialiser.GroupUp && st.cluster != nil:
-			return net.JoinHostPort("127.0.0.1", strconv.Itoa(st.cluster.Port)), nil, nil
+			return net.JoinHostPort(st.cluster.Spec.DialHost(), strconv.Itoa(st.cluster.Port)), nil, nil
 		}
 	}
 	if !known {

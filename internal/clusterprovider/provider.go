@@ -38,6 +38,10 @@ type Config struct {
 	PostgresBin string // "" means clusterstack.DefaultPostgresBin
 	Ports       portallocator.Range
 	SANs        []string // extra names for every apiserver's serving certificate
+	// APIServerBindAddress and APIServerAdvertiseAddress are the tenant apiservers'
+	// (clusterstack.Spec.BindAddress and AdvertiseAddress; "": loopback). The front's
+	// apiserver, the operator's, stays on loopback.
+	APIServerBindAddress, APIServerAdvertiseAddress string
 	// FrontDoor, when it has a base domain, is how tenants and guests reach the tenant
 	// apiservers: through one listener that routes by TLS server name (internal/frontdoor).
 	// Each serving certificate then carries the cluster's front-door names, and the
@@ -122,6 +126,9 @@ func New(cfg Config) (*Provider, error) {
 	book, err := portallocator.Open(filepath.Join(cfg.DataRoot, "leases.json"), cfg.Ports)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	if b := cfg.APIServerBindAddress; b != "" {
+		book.ProbeOn("127.0.0.1", b)
 	}
 	return &Provider{cfg: cfg, book: book}, nil
 }
@@ -255,7 +262,8 @@ func (c *Cluster) EnsureServingNames() (bool, error) {
 	if slices.Equal(want, c.doorNames) {
 		return false, nil
 	}
-	if err := EnsureCredentials(c.Spec, append(slices.Clone(c.p.cfg.SANs), want...), c.URL); err != nil {
+	sans := append(append(slices.Clone(c.p.cfg.SANs), want...), c.Spec.Addresses()...)
+	if err := EnsureCredentials(c.Spec, sans, c.URL); err != nil {
 		return false, fmt.Errorf("cluster %s: serving certificate for %v: %w", c.Name, want, err)
 	}
 	c.doorNames = want
@@ -318,7 +326,7 @@ func (p *Provider) UpWith(ctx context.Context, name string, np NodePolicy) (*Clu
 func (p *Provider) tenantSpec(name string) clusterstack.Spec {
 	return clusterstack.Spec{
 		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary,
-		NodeResync: p.cfg.NodeResync,
+		NodeResync: p.cfg.NodeResync, BindAddress: p.cfg.APIServerBindAddress, AdvertiseAddress: p.cfg.APIServerAdvertiseAddress,
 	}
 }
 
@@ -389,10 +397,11 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	sans, url, doorNames := p.cfg.SANs, s.URL(), []string(nil)
+	sans, url, doorNames := p.cfg.SANs, s.AdvertisedURL(), []string(nil)
 	if !s.Front { // the front is the operator's, never behind the tenants' door
 		doorNames = p.servingNames(name)
 		sans = append(slices.Clone(sans), doorNames...)
+		sans = append(sans, s.Addresses()...) // where it listens and what it advertises
 		if u := p.cfg.FrontDoor.URL(name); u != "" {
 			url = u
 		}

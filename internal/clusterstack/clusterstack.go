@@ -6,7 +6,9 @@ package clusterstack
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -21,7 +23,12 @@ type Spec struct {
 	BinDir        string // kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
 	PostgresBin   string // initdb and postgres
 	APIServerPort int    // the one TCP port of the stack, under a lease
-	ServiceCIDR   string // the tenant's service range; "" means DefaultServiceCIDR
+	// BindAddress is the IP the apiserver listens on ("" is 127.0.0.1), and
+	// AdvertiseAddress the one it publishes to its cluster ("" is the bind address, or
+	// 127.0.0.1 when that is 0.0.0.0 or ::). Beyond loopback, the apiserver's port is
+	// open to whatever reaches that address, not only through the front door.
+	BindAddress, AdvertiseAddress string
+	ServiceCIDR                   string // the tenant's service range; "" means DefaultServiceCIDR
 	// K3sBinary, when set, selects the k3s flavour of the control plane.
 	K3sBinary string
 	// Front makes this the provider's own management API server: kine on SQLite (no
@@ -103,8 +110,51 @@ func (s Spec) serviceCIDR() string {
 	return s.ServiceCIDR
 }
 
-// URL is the tenant apiserver's address.
-func (s Spec) URL() string { return "https://127.0.0.1:" + strconv.Itoa(s.APIServerPort) }
+// URL is the tenant apiserver's address as the provider's own clients dial it: on its
+// bind address, or on loopback when it listens on every address.
+func (s Spec) URL() string {
+	return "https://" + net.JoinHostPort(s.DialHost(), strconv.Itoa(s.APIServerPort))
+}
+
+// AdvertisedURL is the apiserver's address for its tenant and guests when no front door
+// stands before it: on its advertise address (loopback unless one is given).
+func (s Spec) AdvertisedURL() string {
+	return "https://" + net.JoinHostPort(s.advertiseAddress(), strconv.Itoa(s.APIServerPort))
+}
+
+// DialHost is where the apiserver can be dialled on this host.
+func (s Spec) DialHost() string {
+	if ip := net.ParseIP(s.bindAddress()); ip != nil && !ip.IsUnspecified() {
+		return ip.String()
+	}
+	return "127.0.0.1"
+}
+
+// Addresses are the IPs a client may dial the apiserver at besides loopback: its bind
+// address when it is one, and its advertise address. Its serving certificate carries them.
+func (s Spec) Addresses() []string {
+	var out []string
+	for _, a := range []string{s.DialHost(), s.advertiseAddress()} {
+		if a != "127.0.0.1" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (s Spec) bindAddress() string {
+	if s.BindAddress == "" {
+		return "127.0.0.1"
+	}
+	return s.BindAddress
+}
+
+func (s Spec) advertiseAddress() string {
+	if s.AdvertiseAddress != "" {
+		return s.AdvertiseAddress
+	}
+	return s.DialHost()
+}
 
 // flags renders a flag map as sorted, deterministic "--key=value" arguments (k3s's
 // GetArgs shape): a table of defaults is easier to read and test than appends.

@@ -1,6 +1,7 @@
 package clusterstack
 
 import (
+	"net"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -263,6 +264,36 @@ func TestTheCCMIsConfiguredByItsEnvironmentOnly(t *testing.T) {
 	for _, kv := range []string{"SOCIALWEB_CLOUDCONTROLLERMANAGER_MAX_NODES=5", "SOCIALWEB_CLOUDCONTROLLERMANAGER_PODS_PER_NODE=20", "SOCIALWEB_CLOUDCONTROLLERMANAGER_RESYNC=2s"} {
 		if !slices.Contains(got, kv) {
 			t.Errorf("CCM env %v lacks %s", got, kv)
+		}
+	}
+}
+
+func TestTheBindAndAdvertiseAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		bind, advertise            string
+		wantBind, wantAdv, wantURL string
+	}{
+		{"", "", "127.0.0.1", "127.0.0.1", "https://127.0.0.1:30001"},
+		{"0.0.0.0", "", "0.0.0.0", "127.0.0.1", "https://127.0.0.1:30001"},
+		{"0.0.0.0", "192.0.2.10", "0.0.0.0", "192.0.2.10", "https://127.0.0.1:30001"},
+		{"192.0.2.10", "", "192.0.2.10", "192.0.2.10", "https://192.0.2.10:30001"},
+		{"::", "", "::", "127.0.0.1", "https://127.0.0.1:30001"},
+		{"2001:db8::1", "", "2001:db8::1", "2001:db8::1", "https://[2001:db8::1]:30001"},
+	} {
+		s := spec()
+		s.BindAddress, s.AdvertiseAddress = tc.bind, tc.advertise
+		for _, argv := range [][]string{s.APIServerArgv(), func() []string { s.K3sBinary = "/opt/k3s"; return s.ServerArgv() }()} {
+			b, _ := flag(argv, "bind-address")
+			a, _ := flag(argv, "advertise-address")
+			if b != tc.wantBind || a != tc.wantAdv {
+				t.Errorf("bind %q advertise %q: %s has --bind-address=%s --advertise-address=%s, want %s and %s", tc.bind, tc.advertise, argv[0], b, a, tc.wantBind, tc.wantAdv)
+			}
+		}
+		if got := s.URL(); got != tc.wantURL {
+			t.Errorf("bind %q: URL %s, want %s", tc.bind, got, tc.wantURL)
+		}
+		if got, want := s.AdvertisedURL(), "https://"+net.JoinHostPort(tc.wantAdv, "30001"); got != want {
+			t.Errorf("bind %q advertise %q: AdvertisedURL %s, want %s", tc.bind, tc.advertise, got, want)
 		}
 	}
 }

@@ -2,15 +2,15 @@ package clusterstack
 
 import "strconv"
 
-// APIServerArgv is the tenant kube-apiserver: the stack's only TCP listener, on loopback,
-// storing in kine over its unix socket.
+// APIServerArgv is the tenant kube-apiserver: the stack's only TCP listener (on loopback
+// unless BindAddress says otherwise), storing in kine over its unix socket.
 func (s Spec) APIServerArgv() []string {
 	l := s.Layout()
 	f := map[string]string{
 		"etcd-servers":                       "unix://" + l.KineSocket(),
 		"storage-backend":                    "etcd3",
-		"bind-address":                       "127.0.0.1",
-		"advertise-address":                  "127.0.0.1",
+		"bind-address":                       s.bindAddress(),
+		"advertise-address":                  s.advertiseAddress(),
 		"secure-port":                        strconv.Itoa(s.APIServerPort),
 		"tls-cert-file":                      l.APIServerCert(),
 		"tls-private-key-file":               l.APIServerKey(),
@@ -96,8 +96,8 @@ func (s Spec) ServerArgv() []string {
 		"disable-cloud-controller": "true",
 		"datastore-endpoint":       "unix://" + l.KineSocket(),
 		"data-dir":                 l.Root + "/k3s",
-		"bind-address":             "127.0.0.1",
-		"advertise-address":        "127.0.0.1",
+		"bind-address":             s.bindAddress(),
+		"advertise-address":        s.advertiseAddress(),
 		"https-listen-port":        strconv.Itoa(s.APIServerPort),
 		"disable":                  "traefik,servicelb,local-storage,metrics-server,coredns",
 		"write-kubeconfig-mode":    "0600",

@@ -90,7 +90,8 @@ func Open(path string, rng Range) (*Book, error) {
 }
 
 // Acquire returns the port leased to holder, leasing a free one if it holds none. A port
-// is free when no lease names it and it can be bound on 127.0.0.1 now.
+// is free when no lease names it and it can be bound on 127.0.0.1 now (or where ProbeOn
+// says).
 func (b *Book) Acquire(holder string) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -167,11 +168,29 @@ func (b *Book) save() error {
 	return atomicfile.WriteFile(b.path, data, 0o600)
 }
 
-func canBind(port int) bool {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+func canBind(port int) bool { return canBindOn("127.0.0.1", port) }
+
+func canBindOn(host string, port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return false
 	}
 	l.Close()
 	return true
+}
+
+// ProbeOn makes a port free only if it can be bound on each of hosts (the addresses the
+// holders listen on: loopback for the front, the apiservers' bind address), not only on
+// 127.0.0.1. Call it before the first Acquire.
+func (b *Book) ProbeOn(hosts ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probe = func(port int) bool {
+		for _, h := range hosts {
+			if !canBindOn(h, port) {
+				return false
+			}
+		}
+		return true
+	}
 }
