@@ -15,11 +15,11 @@ import (
 // --apiserver-bind-address: the tenant apiserver listens on that address only, its
 // kubeconfig names it, its certificate carries it, and kubectl on another host (a network
 // namespace that reaches only that address) uses the cluster with that kubeconfig.
-func TestAnAPIServerBoundBeyondLoopbackServesAnotherHost(t *testing.T) {
+func TestABoundAddressServesAnotherHost(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	other := livetest.OtherHost(t)
 	root := livetest.DataRoot(t)
-	r := startProvider(t, exe, "up", "wide", "--data-root", root, "--bin-dir", bin, "--port-range", "31991-31999",
+	r := startProvider(t, exe, "up", "w", "--data-root", root, "--bin-dir", bin, "--port-range", "31991-31999",
 		"--apiserver-bind-address", other.HostIP)
 	kc := strings.TrimSpace(strings.TrimPrefix(r.WaitLine(t, "tenant kubeconfig: "), "tenant kubeconfig: "))
 	r.WaitLine(t, "press Ctrl-C")
