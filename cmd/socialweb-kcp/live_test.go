@@ -102,7 +102,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME PHASE NODES AGE LAST-ACTIVE URL" {
 		t.Fatalf("ls: %q", lines)
 	}
-	if f := strings.Fields(lines[1]); f[0] != "demo" || f[1] != "Ready" || f[2] != "0" || f[4] != "-" || !strings.HasPrefix(f[5], "https://127.0.0.1:354") {
+	if f := strings.Fields(lines[1]); f[0] != "demo" || f[1] != "Ready" || f[2] != "0" || f[4] != "-" || !strings.HasPrefix(f[5], "https://127.0.0.1:320") {
 		t.Errorf("ls row: %q", f)
 	}
 
