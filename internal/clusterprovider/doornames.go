@@ -26,6 +26,14 @@ const ExtraNamesCondition = "ExtraNames"
 // Claims are the extra names the Clusters in objs ask for. Of Clusters that share a name
 // (in different namespaces) only the owner's count (NameOwner): the others are refused.
 func Claims(objs []runtime.Object) []frontdoor.Claim {
+	// Grouped by name once: NameOwner then reads only a name's few objects, so a pass
+	// stays linear in the Clusters however many ask for names.
+	byName := map[string][]runtime.Object{}
+	for _, o := range objs {
+		if m, err := meta.Accessor(o); err == nil {
+			byName[m.GetName()] = append(byName[m.GetName()], o)
+		}
+	}
 	var out []frontdoor.Claim
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
@@ -33,7 +41,7 @@ func Claims(objs []runtime.Object) []frontdoor.Claim {
 			continue
 		}
 		names, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "extraNames")
-		if len(names) == 0 || NameOwner(objs, u.GetName()) != u.GetNamespace()+"/"+u.GetName() {
+		if len(names) == 0 || NameOwner(byName[u.GetName()], u.GetName()) != u.GetNamespace()+"/"+u.GetName() {
 			continue
 		}
 		out = append(out, frontdoor.Claim{Cluster: u.GetName(), Names: names, Since: u.GetCreationTimestamp().Time})
