@@ -63,6 +63,15 @@ func (l *Loop) addressLocked(name string) (string, <-chan struct{}, error) {
 		}
 	}
 	if !known {
+		// Before the informers synced, or before the first pass of a Cluster that is
+		// declared (a restarted provider, a Cluster just applied), no state says what it
+		// is: the connection is held for that pass, not refused as no cluster's.
+		if l.clusterIndex == nil {
+			return "", l.changed, nil
+		}
+		if declared, err := l.clusterIndex.ByIndex(byName, name); err == nil && len(declared) > 0 {
+			return "", l.changed, nil
+		}
 		return "", nil, fmt.Errorf("cluster %s: %w", name, frontdoor.ErrUnknownCluster)
 	}
 	return "", nil, fmt.Errorf("cluster %s is not running", name)

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/materialiser"
@@ -22,7 +25,7 @@ func TestTheFrontDoorFindsARunningClusterAndWaitsForOneStarting(t *testing.T) {
 		"team-b/web":   {group: materialiser.GroupAbsent}, // the same name elsewhere: NameTaken
 		"team-a/db":    {group: materialiser.GroupStarting},
 		"team-a/cache": {group: materialiser.GroupFailed},
-	}, changed: make(chan struct{})}
+	}, changed: make(chan struct{}), clusterIndex: clusterIndexOf(t)}
 	ctx := context.Background()
 	if addr, err := l.Address(ctx, "web"); err != nil || addr != "127.0.0.1:31001" {
 		t.Errorf("Address(web) = %q, %v; want 127.0.0.1:31001", addr, err)
@@ -64,6 +67,63 @@ func TestTheFrontDoorFindsARunningClusterAndWaitsForOneStarting(t *testing.T) {
 	}
 }
 
+// clusterIndexOf is the informer's Cluster index holding the Clusters named.
+func clusterIndexOf(t *testing.T, names ...string) cache.Indexer {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byName: indexByName})
+	for _, n := range names {
+		u := &unstructured.Unstructured{}
+		u.SetNamespace("default")
+		u.SetName(n)
+		if err := idx.Add(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return idx
+}
+
+// A connection that comes before the informers synced, or for a Cluster declared but not
+// yet looked at by a pass (a provider just restarted), is held for that pass: refused, a
+// client that connects first thing after the restart would be told no such cluster is.
+func TestTheFrontDoorHoldsAConnectionUntilTheClusterIsKnown(t *testing.T) {
+	l := &Loop{state: map[string]*runState{}, changed: make(chan struct{})}
+	ask := func(name string) <-chan error {
+		got := make(chan error, 1)
+		go func() {
+			_, err := l.Address(context.Background(), name)
+			got <- err
+		}()
+		return got
+	}
+	before := ask("nope")
+	select {
+	case err := <-before:
+		t.Fatalf("Address before the informers synced answered %v", err)
+	case <-time.After(50 * time.Millisecond): // not a synchronisation: a check that it waits
+	}
+	l.mu.Lock()
+	l.clusterIndex = clusterIndexOf(t, "s")
+	l.signalLocked()
+	l.mu.Unlock()
+	if err := <-before; !errors.Is(err, frontdoor.ErrUnknownCluster) {
+		t.Errorf("Address(nope) once synced = %v, want ErrUnknownCluster", err)
+	}
+
+	s := ask("s")
+	select {
+	case err := <-s:
+		t.Fatalf("Address(s), declared but not yet passed, answered %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.mu.Lock()
+	l.state["default/s"] = &runState{group: materialiser.GroupUp, cluster: &Cluster{Name: "s", Port: 31003}}
+	l.signalLocked()
+	l.mu.Unlock()
+	if err := <-s; err != nil {
+		t.Errorf("Address(s) after its first pass: %v", err)
+	}
+}
+
 // fakeActivity records what the loop asks the front door to forget.
 type fakeActivity struct{ forgot []string }
 
@@ -80,7 +140,7 @@ func TestAClusterGoneIsForgottenOnceNothingOfItRuns(t *testing.T) {
 		"team-b/web": {group: materialiser.GroupUp, cluster: &Cluster{Name: "web", Port: 31001}},
 		"team-a/db":  {group: materialiser.GroupAbsent},
 		"team-a/run": {group: materialiser.GroupUp}, // its finalizer removed by hand while it ran
-	}, changed: make(chan struct{})}
+	}, changed: make(chan struct{}), clusterIndex: clusterIndexOf(t)}
 	l.forget("team-a/db", "db")
 	if _, err := l.Address(context.Background(), "db"); !errors.Is(err, frontdoor.ErrUnknownCluster) {
 		t.Errorf("Address(db) once gone = %v, want ErrUnknownCluster", err)

@@ -175,13 +175,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	// Indexes, so that a pass reads the Clusters of one name and the Nodes of one cluster,
 	// not every object on the front.
-	if err := clusters.Informer().AddIndexers(cache.Indexers{byName: func(obj any) ([]string, error) {
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return nil, err
-		}
-		return []string{m.GetName()}, nil
-	}}); err != nil {
+	if err := clusters.Informer().AddIndexers(cache.Indexers{byName: indexByName}); err != nil {
 		return err
 	}
 	if err := nodes.Informer().AddIndexers(cache.Indexers{byCluster: func(obj any) ([]string, error) {
@@ -194,7 +188,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	}}); err != nil {
 		return err
 	}
-	l.clusterIndex, l.nodeIndex = clusters.Informer().GetIndexer(), nodes.Informer().GetIndexer()
+	l.nodeIndex = nodes.Informer().GetIndexer()
 	clusters.Informer().AddEventHandler(handler(l.queue))
 	nodes.Informer().AddEventHandler(handler(l.nodeQueue))
 	f.Start(ctx.Done())
@@ -204,6 +198,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		return errors.New("front: the Cluster and Node informers did not sync")
 	}
+	// The Cluster index is set once synced, under mu: Address reads it to tell a name no
+	// Cluster has from one whose first pass has not come yet.
+	l.mu.Lock()
+	l.clusterIndex = clusters.Informer().GetIndexer()
+	l.signalLocked()
+	l.mu.Unlock()
 	l.serving.Store(true)
 	if l.OnServing != nil {
 		l.OnServing()
@@ -301,6 +301,16 @@ func (l *Loop) stopAll() error {
 	})
 }
 
+// indexByName indexes Clusters by name, whatever their namespace: the front door and the
+// name's owner find them by it.
+func indexByName(obj any) ([]string, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	return []string{m.GetName()}, nil
+}
+
 // stopsAtOnce bounds the groups a stopping provider reaps at once.
 const stopsAtOnce = 8
 
@@ -379,6 +389,9 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	// Before any operation: a connection that comes for a cluster falling asleep from
 	// now on is held for its wake, not piped to processes about to stop (Address).
 	l.mu.Lock()
+	if st.phase != r.Phase {
+		l.signalLocked() // a connection held for this Cluster's first pass (Address) looks again
+	}
 	st.phase = r.Phase
 	if r.Phase != materialiser.PhaseSleeping {
 		st.wakeSince = time.Time{} // parked, deleted, or up: no wake is pending any more
