@@ -60,6 +60,11 @@ type ClusterSpec struct {
 	// the front door (processes stopped, port released, data kept); the first request
 	// wakes it. Unset: the provider's default (serve --sleep-after), off unless given.
 	SleepAfter *metav1.Duration `json:"sleepAfter,omitempty"`
+	// CreateAsleep, with sleep on, declares the cluster asleep: its identity and tenant
+	// kubeconfig are minted at once, but its datastore is initialised, and its processes
+	// started, only by the first request through the front door. A cluster declared for
+	// later then costs a few kilobytes of disk and no process. Without sleep it is ignored.
+	CreateAsleep bool `json:"createAsleep,omitempty"`
 	// ExtraNames are DNS names the cluster answers to at the front door besides
 	// <name>.<base-domain>, such as a vanity domain the tenant points at the host: routed
 	// by the front door and carried by the apiserver's serving certificate. A name under

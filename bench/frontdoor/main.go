@@ -8,7 +8,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,14 +16,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,23 +51,9 @@ func main() {
 	root, remove := measure.DataRoot()
 	defer remove()
 
-	door := freeAddr()
-	serve := exec.Command(filepath.Join(binDir, "socialweb-clusterprovider"), "serve", "--data-root", root, "--bin-dir", binDir,
-		"--port-range", "32100-32199", "--metrics-address", "127.0.0.1:0", "--front-door", door, "--base-domain", domain)
-	out, err := serve.StdoutPipe()
-	measure.Check(err)
-	serve.Stderr = io.Discard
-	// serve stops its clusters when this program ends, however it ends (measure.Check exits).
-	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	measure.Check(serve.Start())
-	defer func() {
-		serve.Process.Signal(syscall.SIGTERM)
-		serve.Wait()
-	}()
-	lines := bufio.NewScanner(out)
-	for lines.Scan() && !strings.Contains(lines.Text(), "serving Clusters") {
-	}
-	go io.Copy(io.Discard, out)
+	door := measure.FreeAddr()
+	stop := measure.Serve(binDir, root, "32100-32199", "--front-door", door, "--base-domain", domain)
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -238,11 +221,4 @@ func apiserverPort(root string) int {
 	}
 	measure.Check(fmt.Errorf("no lease for %s in leases.json", cluster))
 	return 0
-}
-
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	measure.Check(err)
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -1,5 +1,5 @@
-// Package measure holds what the benchmark programs share: PSS of a process group, the
-// median, the CPU model, and failing loudly.
+// Package measure holds what the benchmark programs share: PSS and CPU of a process group,
+// the host's, the median, the CPU model, serve as an operator runs it, and failing loudly.
 package measure
 
 import (
@@ -19,11 +19,7 @@ func GroupPSS(pgid int) float64 {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		f := stat(pid)
 		if len(f) < 3 || f[2] != strconv.Itoa(pgid) { // field 5: pgrp
 			continue
 		}
@@ -83,4 +79,89 @@ func DataRoot() (string, func()) {
 	Check(err)
 	Check(os.Chmod(root, 0o711))
 	return root, func() { os.RemoveAll(root) }
+}
+
+// MarkedGroups are the process groups of every process whose command line names marker
+// (a data root): each component of a cluster leads a group of its own, and the groups
+// hold what their leaders started (Postgres's backends name no path).
+func MarkedGroups(marker string) []int {
+	ents, _ := os.ReadDir("/proc")
+	seen := map[int]bool{}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(cmd), marker) {
+			continue
+		}
+		if pg := stat(pid); len(pg) > 2 {
+			if g, err := strconv.Atoi(pg[2]); err == nil && !seen[g] {
+				seen[g] = true
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+// GroupCPU is the CPU time (user and system, in seconds) the live processes of group
+// pgid have used.
+func GroupCPU(pgid int) float64 {
+	ents, _ := os.ReadDir("/proc")
+	total := 0.0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f := stat(pid)
+		if len(f) < 13 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		u, _ := strconv.ParseFloat(f[11], 64) // field 14: utime, in clock ticks
+		s, _ := strconv.ParseFloat(f[12], 64) // field 15: stime
+		total += (u + s) / 100                // USER_HZ is 100 on Linux
+	}
+	return total
+}
+
+// HostCPU is the busy and total time (seconds) of every CPU since boot, from /proc/stat.
+func HostCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	Check(err)
+	line, _, _ := strings.Cut(string(b), "\n")
+	for i, v := range strings.Fields(line)[1:] {
+		n, _ := strconv.ParseFloat(v, 64)
+		total += n / 100
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n / 100
+		}
+	}
+	return busy, total
+}
+
+// HostMemoryUsed is MemTotal minus MemAvailable (GiB): what this host's memory holds that
+// it could not hand out.
+func HostMemoryUsed() float64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	Check(err)
+	kb := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			kb[k], _ = strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		}
+	}
+	return (kb["MemTotal"] - kb["MemAvailable"]) / 1024 / 1024
+}
+
+// stat is the fields of /proc/<pid>/stat after the command name; nil when it cannot be read.
+func stat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 }

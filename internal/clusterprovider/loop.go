@@ -141,6 +141,7 @@ type runState struct {
 	failedStep  string
 	reason      string
 	everReady   bool
+	minted      bool     // created asleep: its identity minted and kubeconfig delivered by this run
 	progress    []string // the bring-up's steps so far, for status: "postgres ready", "kine starting"
 }
 
@@ -456,7 +457,7 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 		// Unavailable, not Initializing.
 		EverReady: st.everReady || cl.Status.Phase == v1alpha1.PhaseReady || cl.Status.Phase == v1alpha1.PhaseUnavailable || cl.Status.Phase == v1alpha1.PhaseSleeping,
 		Group:     st.group, FailedStep: st.failedStep, FailedReason: st.reason, Attempts: st.attempts, LastAttempt: st.lastAttempt,
-		UpSince: st.upSince, WakeRequested: !st.wakeSince.IsZero(),
+		UpSince: st.upSince, WakeRequested: !st.wakeSince.IsZero(), Minted: st.minted,
 	}
 	c := st.cluster
 	l.mu.Unlock()
@@ -466,6 +467,8 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 			o.SleepAfter = cl.Spec.SleepAfter.Duration
 		}
 		o.LastActive, o.Connections = l.Activity.Activity(cl.Name)
+		o.CreateAsleep = cl.Spec.CreateAsleep
+		o.Datastore = l.P.HasDatastore(cl.Name)
 		// Every guest is simulated today (kwok): none keeps a cluster awake. Real guests
 		// (issue 10) will count in o.RealNodes.
 	}
@@ -600,6 +603,18 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 			_, err := c.retireGuest(ctx, in.NodeID)
 			return err
 		})
+	case materialiser.OpMint:
+		m, err := l.P.Mint(cl.Name)
+		if err != nil {
+			return err
+		}
+		if err := l.deliverKubeconfig(ctx, m.Name, m.TenantKubeconfig, cl.Namespace); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		st.minted = true
+		l.mu.Unlock()
+		return nil
 	case materialiser.OpReapSurvivors:
 		return l.P.ReapSurvivorsOf(cl.Name)
 	case materialiser.OpReleaseLease:
@@ -642,7 +657,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 		l.Metrics.bringUp.Observe(time.Since(t0).Seconds())
 	}
 	if err == nil {
-		err = l.deliverKubeconfig(ctx, c, ns)
+		err = l.deliverKubeconfig(ctx, c.Name, c.TenantKubeconfig, ns)
 		if err != nil {
 			c.Stop()
 		}
@@ -709,13 +724,15 @@ var errBringUpUnderWay = errors.New("a bring-up is under way; stopping once it e
 // bringUpDeadline parks a bring-up that has not passed every gate by then as failed.
 const bringUpDeadline = 3 * time.Minute
 
-func (l *Loop) deliverKubeconfig(ctx context.Context, c *Cluster, ns string) error {
-	b, err := os.ReadFile(c.TenantKubeconfig)
+// deliverKubeconfig writes the tenant kubeconfig at path into the <cluster>-kubeconfig
+// Secret in ns.
+func (l *Loop) deliverKubeconfig(ctx context.Context, cluster, path, ns string) error {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: kubeconfigSecret(c.Name), Namespace: ns, Labels: managedBy},
+		ObjectMeta: metav1.ObjectMeta{Name: kubeconfigSecret(cluster), Namespace: ns, Labels: managedBy},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{"kubeconfig": b},
 	}
@@ -745,7 +762,9 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 		if up := upSince; up.After(last) {
 			last = up
 		}
-		status.LastActive = &metav1.Time{Time: last.Truncate(time.Second)}
+		if !last.IsZero() { // a cluster created asleep was never active
+			status.LastActive = &metav1.Time{Time: last.Truncate(time.Second)}
+		}
 	}
 	if c != nil && r.Phase == materialiser.PhaseReady {
 		status.URL = c.URL

@@ -393,21 +393,9 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error
 		}
 		return nil, fmt.Errorf("cluster %s: DataDir %s: %w", name, l.Root, err)
 	}
-	id, err := ensureIdentity(s)
+	id, url, doorNames, err := p.mint(s)
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", name, err)
-	}
-	sans, url, doorNames := p.cfg.SANs, s.AdvertisedURL(), []string(nil)
-	if !s.Front { // the front is the operator's, never behind the tenants' door
-		doorNames = p.servingNames(name)
-		sans = append(slices.Clone(sans), doorNames...)
-		sans = append(sans, s.Addresses()...) // where it listens and what it advertises
-		if u := p.cfg.FrontDoor.URL(name); u != "" {
-			url = u
-		}
-	}
-	if err := EnsureCredentials(s, sans, url); err != nil {
-		return nil, fmt.Errorf("cluster %s: credentials: %w", name, err)
+		return nil, err
 	}
 	admin, err := adminClient(l.AdminKubeconfig())
 	if err != nil {
@@ -441,6 +429,70 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error
 		}
 	}
 	return c, nil
+}
+
+// mint makes sure of the cluster's identity and credentials in its laid-out DataDir: what
+// it has is kept, what it lacks is minted. It returns the URL its tenant kubeconfig names
+// and the front-door names its serving certificate carries.
+func (p *Provider) mint(s clusterstack.Spec) (Identity, string, []string, error) {
+	id, err := ensureIdentity(s)
+	if err != nil {
+		return Identity{}, "", nil, fmt.Errorf("cluster %s: %w", s.Name, err)
+	}
+	sans, url, doorNames := p.cfg.SANs, s.AdvertisedURL(), []string(nil)
+	if !s.Front { // the front is the operator's, never behind the tenants' door
+		doorNames = p.servingNames(s.Name)
+		sans = append(slices.Clone(sans), doorNames...)
+		sans = append(sans, s.Addresses()...) // where it listens and what it advertises
+		if u := p.cfg.FrontDoor.URL(s.Name); u != "" {
+			url = u
+		}
+	}
+	if err := EnsureCredentials(s, sans, url); err != nil {
+		return Identity{}, "", nil, fmt.Errorf("cluster %s: credentials: %w", s.Name, err)
+	}
+	return id, url, doorNames, nil
+}
+
+// Minted is a cluster declared asleep: its identity and credentials exist, its datastore
+// and processes do not yet.
+type Minted struct {
+	Name             string
+	URL              string // the server its tenant kubeconfig names: the front door's
+	TenantKubeconfig string // the file
+}
+
+// Mint lays out the DataDir of a cluster created asleep and mints its identity and
+// credentials, without a port, a datastore or a process: what a later bring-up finds and
+// keeps (its kubeconfigs pointed at the port it leases then). It needs the front door,
+// through which the tenant kubeconfig reaches the cluster, and the first request wakes it.
+func (p *Provider) Mint(name string) (Minted, error) {
+	if err := ValidateName(name); err != nil {
+		return Minted{}, err
+	}
+	if p.cfg.FrontDoor.URL(name) == "" {
+		return Minted{}, fmt.Errorf("cluster %s: created asleep without a front door: nothing would wake it", name)
+	}
+	s := p.tenantSpec(name)
+	l := s.Layout()
+	fresh := !exists(l.Root)
+	if err := p.makeDataDir(s); err != nil {
+		if fresh {
+			os.RemoveAll(l.Root)
+		}
+		return Minted{}, fmt.Errorf("cluster %s: DataDir %s: %w", name, l.Root, err)
+	}
+	_, url, _, err := p.mint(s)
+	if err != nil {
+		return Minted{}, err
+	}
+	return Minted{Name: name, URL: url, TenantKubeconfig: l.TenantKubeconfig()}, nil
+}
+
+// HasDatastore says whether the cluster's datastore was ever initialised (its Postgres
+// data directory exists): a cluster created asleep has none until its first wake.
+func (p *Provider) HasDatastore(name string) bool {
+	return exists(p.tenantSpec(name).Layout().PostgresData())
 }
 
 // nodeGroupOptions are the node group's: its own record directory and only kwok for the

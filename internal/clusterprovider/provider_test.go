@@ -1,6 +1,7 @@
 package clusterprovider
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
 	"socialweb.computer/kcp/internal/procgroup"
@@ -324,4 +326,51 @@ func x509Cert(path string) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("%s: no PEM block", path)
 	}
 	return x509.ParseCertificate(block.Bytes)
+}
+
+// Minting a cluster created asleep lays out its identity and a tenant kubeconfig naming
+// the front door, and nothing else: no port, no datastore, no process. Without a front
+// door, nothing would wake it: refused, nothing made.
+func TestMintMakesAnIdentityAndNoDatastore(t *testing.T) {
+	bin, pg := fakeBinaries(t)
+	cfg := Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Mint("z"); err == nil || !strings.Contains(err.Error(), "front door") {
+		t.Errorf("Mint without a front door = %v, want an error naming the front door", err)
+	}
+	if _, err := os.Stat(p.DataDir("z")); !os.IsNotExist(err) {
+		t.Errorf("a refused Mint left its DataDir (%v)", err)
+	}
+
+	cfg.FrontDoor = FrontDoor{Names: frontdoor.Names{BaseDomain: "kcp.test"}, Port: 6443}
+	if p, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := p.Mint("z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(m.TenantKubeconfig)
+	if err != nil || !strings.Contains(string(b), "server: https://z.kcp.test:6443") {
+		t.Errorf("tenant kubeconfig (%v) does not name the front door:\n%s", err, b)
+	}
+	if p.HasDatastore("z") {
+		t.Error("minted, yet it has a datastore")
+	}
+	if len(p.Leases().Leases()) != 0 {
+		t.Errorf("minted, yet a port is leased: %v", p.Leases().Leases())
+	}
+	before, err := os.ReadFile(filepath.Join(p.DataDir("z"), "pki", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Mint("z"); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(p.DataDir("z"), "pki", "ca.crt")); !bytes.Equal(before, after) {
+		t.Error("a second Mint (a restarted provider's) minted a new CA: every delivered kubeconfig would stop working")
+	}
 }

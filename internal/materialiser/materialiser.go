@@ -41,6 +41,7 @@ const (
 	OpAddFinalizer     Op = "AddFinalizer"
 	OpBringUp          Op = "BringUp"          // Provider.Up
 	OpStop             Op = "Stop"             // reap the groups; data kept
+	OpMint             Op = "Mint"             // identity and kubeconfig only: a cluster created asleep
 	OpRemoveNodes      Op = "RemoveNodes"      // drain and delete every guest
 	OpReapSurvivors    Op = "ReapSurvivors"    // what an earlier run left of the group: before its lease or data go
 	OpReleaseLease     Op = "ReleaseLease"     // only once nothing runs
@@ -79,6 +80,12 @@ type Observed struct {
 	Connections   int           // connections open to it through the front door now
 	RealNodes     int           // guests that are not simulated: they keep it awake
 	WakeRequested bool          // a connection is held at the front door until it is up
+
+	// Created asleep: with sleep on, a cluster declared so is minted (identity, kubeconfig)
+	// but gets no datastore and no process until its first request.
+	CreateAsleep bool // spec.createAsleep
+	Datastore    bool // its datastore was initialised (by a bring-up): it was awake once
+	Minted       bool // this run minted it and delivered its kubeconfig
 }
 
 // Condition is the Ready condition.
@@ -223,6 +230,18 @@ func keepUp(o Observed) Result {
 			return r
 		}
 		r.Ops = []Op{OpBringUp}
+		return r
+	}
+	// Created asleep and never woken: minted once per run of the provider (which keeps
+	// what exists and delivers the kubeconfig again), nothing else until a request comes.
+	if o.CreateAsleep && o.SleepAfter > 0 && !o.Datastore && !o.WakeRequested && o.Attempts == 0 {
+		r := Result{Phase: PhaseSleeping, Ready: notReady("CreatedAsleep", "created asleep: identity and kubeconfig minted; no datastore and no process until the first request through the front door")}
+		if o.LeaseHeld { // a bring-up cut short before its datastore was made
+			r.Ops = []Op{OpReapSurvivors, OpReleaseLease}
+		}
+		if !o.Minted {
+			r.Ops = append(r.Ops, OpMint)
+		}
 		return r
 	}
 	// Absent and asleep: it stays so, its port released, until a request wakes it (or

@@ -85,6 +85,21 @@ func TestTransitions(t *testing.T) {
 			o.Phase, o.SleepAfter, o.Deleting, o.DataDirExists = PhaseSleeping, time.Minute, true, true
 		}),
 			PhaseDraining, "Deleting", []Op{OpReapSurvivors, OpRemoveDataDir, OpRemoveFinalizer}, false},
+		{"created asleep: minted, nothing started", obs(func(o *Observed) { o.CreateAsleep, o.SleepAfter = true, time.Minute }),
+			PhaseSleeping, "CreatedAsleep", []Op{OpMint}, false},
+		{"created asleep and minted (also after a provider restart that minted again)", obs(func(o *Observed) {
+			o.CreateAsleep, o.SleepAfter, o.Minted, o.Phase, o.EverReady = true, time.Minute, true, PhaseSleeping, true
+		}), PhaseSleeping, "CreatedAsleep", nil, false},
+		{"created asleep, a request waits: the first bring-up", obs(func(o *Observed) {
+			o.CreateAsleep, o.SleepAfter, o.Minted, o.Phase, o.EverReady, o.WakeRequested = true, time.Minute, true, PhaseSleeping, true, true
+		}), PhaseSleeping, "Waking", []Op{OpBringUp}, false},
+		{"created asleep with sleep off: brought up", obs(func(o *Observed) { o.CreateAsleep = true }), PhaseInitializing, "BringingUp", []Op{OpBringUp}, false},
+		{"created asleep, woken once: sleeps as any cluster", obs(func(o *Observed) {
+			o.CreateAsleep, o.SleepAfter, o.Datastore, o.Phase, o.EverReady = true, time.Minute, true, PhaseSleeping, true
+		}), PhaseSleeping, "Sleeping", nil, false},
+		{"created asleep, then deleted", obs(func(o *Observed) {
+			o.CreateAsleep, o.SleepAfter, o.Phase, o.Deleting, o.DataDirExists, o.KubeconfigSet = true, time.Minute, PhaseSleeping, true, true, true
+		}), PhaseDraining, "Deleting", []Op{OpReapSurvivors, OpRemoveDataDir, OpDeleteKubeconfig, OpRemoveFinalizer}, false},
 		{"deleted before the finalizer was added", obs(func(o *Observed) { o.Deleting, o.HasFinalizer = true, false }), PhaseDraining, "Deleting", nil, false},
 	} {
 		r := Reconcile(tc.o)
@@ -102,6 +117,8 @@ func TestEveryObservationKeepsTheRules(t *testing.T) {
 		after, idle time.Duration
 		conns, real int
 		wake        bool
+		// created asleep, its datastore made, minted by this run
+		create, store, minted bool
 	}
 	var sleeps []sleep
 	for _, phase := range []Phase{"", PhaseReady, PhaseSleeping} {
@@ -110,7 +127,9 @@ func TestEveryObservationKeepsTheRules(t *testing.T) {
 				for _, conns := range []int{0, 1} {
 					for _, real := range []int{0, 1} {
 						for _, wake := range []bool{false, true} {
-							sleeps = append(sleeps, sleep{phase, after, idle, conns, real, wake})
+							for _, c := range [][3]bool{{false, true, false}, {true, false, false}, {true, false, true}, {true, true, false}} {
+								sleeps = append(sleeps, sleep{phase, after, idle, conns, real, wake, c[0], c[1], c[2]})
+							}
 						}
 					}
 				}
@@ -132,7 +151,8 @@ func TestEveryObservationKeepsTheRules(t *testing.T) {
 												o := Observed{Now: t0, Running: running, Deleting: deleting, HasFinalizer: fin, Group: g, Nodes: nodes,
 													LeaseHeld: lease, DataDirExists: dir, KubeconfigSet: kc, Attempts: attempts, LastAttempt: t0.Add(-ago), FailedStep: "kine",
 													Phase: sl.phase, SleepAfter: sl.after, UpSince: t0.Add(-time.Hour), LastActive: t0.Add(-sl.idle),
-													Connections: sl.conns, RealNodes: min(sl.real, nodes), WakeRequested: sl.wake}
+													Connections: sl.conns, RealNodes: min(sl.real, nodes), WakeRequested: sl.wake,
+													CreateAsleep: sl.create, Datastore: sl.store, Minted: sl.minted}
 												checkRules(t, o, Reconcile(o))
 												n++
 											}
@@ -184,8 +204,18 @@ func checkRules(t *testing.T, o Observed, r Result) {
 	if (r.Phase == PhaseReady) != (o.Group == GroupUp && shouldRun && !idle) {
 		fail("Ready exactly when the group is up, it should be, and it is not idle past sleepAfter")
 	}
-	if r.Phase == PhaseSleeping && o.Phase != PhaseSleeping && !(idle && o.Group == GroupUp && shouldRun && has(OpStop)) {
-		fail("a cluster falls asleep only when up, idle past sleepAfter, with no open connection and no real node, and its processes stop")
+	createdAsleep := shouldRun && o.CreateAsleep && o.SleepAfter > 0 && !o.Datastore && o.Group == GroupAbsent && o.Attempts == 0
+	if r.Phase == PhaseSleeping && o.Phase != PhaseSleeping && !(idle && o.Group == GroupUp && shouldRun && has(OpStop)) && !createdAsleep {
+		fail("a cluster falls asleep only when up, idle past sleepAfter, with no open connection and no real node, and its processes stop (or it was created asleep)")
+	}
+	if createdAsleep && !o.WakeRequested && (has(OpBringUp) || r.Phase != PhaseSleeping) {
+		fail("a cluster created asleep gets no datastore and no process until a request comes")
+	}
+	if createdAsleep && o.WakeRequested && !has(OpBringUp) {
+		fail("a request for a cluster created asleep brings it up")
+	}
+	if has(OpMint) && !(createdAsleep && !o.Minted) {
+		fail("minting alone is for a cluster created asleep, once a run")
 	}
 	if has(OpBringUp) && o.Phase == PhaseSleeping && o.Group == GroupAbsent && o.SleepAfter > 0 && !o.WakeRequested {
 		fail("a sleeping cluster is brought up only when a request waits (or sleep is off); a failed wake retries as any failed bring-up")
