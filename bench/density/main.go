@@ -43,8 +43,8 @@ func main() {
 	window := flag.Duration("for", time.Minute, "how long CPU is measured")
 	bin := flag.String("bin-dir", "bin", "where the binaries are")
 	flag.Parse()
-	if *awake > *declared {
-		measure.Check(fmt.Errorf("-awake %d is more than -declared %d", *awake, *declared))
+	if *awake < 1 || *awake > *declared {
+		measure.Check(fmt.Errorf("-awake %d: want 1 to -declared (%d)", *awake, *declared))
 	}
 	binDir, _ := filepath.Abs(*bin)
 	root, remove := measure.DataRoot()
