@@ -23,7 +23,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -78,7 +77,7 @@ func main() {
 		list, err := clusters.List(ctx, metav1.ListOptions{})
 		measure.Check(err)
 		for _, u := range list.Items {
-			if _, ok := kubeconfigs[u.GetName()]; ok || reason(u) != "Sleeping CreatedAsleep" {
+			if _, ok := kubeconfigs[u.GetName()]; ok || measure.PhaseReason(&u) != "Sleeping CreatedAsleep" {
 				continue
 			}
 			if s, err := secrets.Get(ctx, u.GetName()+"-kubeconfig", metav1.GetOptions{}); err == nil {
@@ -143,18 +142,6 @@ func main() {
 	fmt.Printf("%d declared, %d awake and idle: provider, front and every cluster %.2f GiB PSS (%.0f MiB per awake cluster, the rest the provider and front); host memory in use %+.2f GiB since before serve\n",
 		*declared, *awake, pss(root)/1024, awakePSS(root, names[:*awake])/float64(*awake), measure.HostMemoryUsed()-memBefore)
 	fmt.Printf("CPU over %s: ours %.2f cores; this host %.2f of %.0f cores busy\n", *window, (ours1-ours0)/window.Seconds(), (busy1-busy0)/(all1-all0)*cores, cores)
-}
-
-// reason is a Cluster's phase and its Ready condition's reason.
-func reason(u unstructured.Unstructured) string {
-	p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == "Ready" {
-			return fmt.Sprint(p, " ", m["reason"])
-		}
-	}
-	return p
 }
 
 // pss is the PSS (MiB) of every process group that names the data root, serve's included.

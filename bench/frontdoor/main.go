@@ -67,21 +67,12 @@ func main() {
 		"spec":     map[string]any{"account": "bench", "sleepAfter": "3s"},
 	}}, metav1.CreateOptions{})
 	measure.Check(err)
-	// The phase and the Ready condition's reason: "Sleeping Sleeping" is asleep, its
-	// processes gone (not falling asleep, nor a wake's stale status).
 	phase := func() string {
 		u, err := clusters.Get(ctx, cluster, metav1.GetOptions{})
 		if err != nil {
 			return ""
 		}
-		p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, _ := c.(map[string]any); m["type"] == "Ready" {
-				return fmt.Sprint(p, " ", m["reason"])
-			}
-		}
-		return p
+		return measure.PhaseReason(u)
 	}
 	waitPhase := func(want string) {
 		for !strings.HasPrefix(phase(), want) {

@@ -8,24 +8,39 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // GroupPSS sums the PSS (MiB) of every process in process group pgid.
 func GroupPSS(pgid int) float64 {
-	ents, _ := os.ReadDir("/proc")
 	total := 0.0
+	for _, f := range groupStats(pgid) {
+		total += PSS(f.pid)
+	}
+	return total
+}
+
+// procStat is a process's /proc/<pid>/stat: its fields after the command name.
+type procStat struct {
+	pid    int
+	fields []string
+}
+
+// groupStats are the stats of every live process in process group pgid.
+func groupStats(pgid int) []procStat {
+	ents, _ := os.ReadDir("/proc")
+	var out []procStat
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		f := stat(pid)
-		if len(f) < 3 || f[2] != strconv.Itoa(pgid) { // field 5: pgrp
-			continue
+		if f := stat(pid); len(f) >= 13 && f[2] == strconv.Itoa(pgid) { // field 5: pgrp
+			out = append(out, procStat{pid, f})
 		}
-		total += PSS(pid)
 	}
-	return total
+	return out
 }
 
 // PSS is one process's PSS (MiB); 0 when it cannot be read.
@@ -110,20 +125,11 @@ func MarkedGroups(marker string) []int {
 // GroupCPU is the CPU time (user and system, in seconds) the live processes of group
 // pgid have used.
 func GroupCPU(pgid int) float64 {
-	ents, _ := os.ReadDir("/proc")
 	total := 0.0
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		f := stat(pid)
-		if len(f) < 13 || f[2] != strconv.Itoa(pgid) {
-			continue
-		}
-		u, _ := strconv.ParseFloat(f[11], 64) // field 14: utime, in clock ticks
-		s, _ := strconv.ParseFloat(f[12], 64) // field 15: stime
-		total += (u + s) / 100                // USER_HZ is 100 on Linux
+	for _, p := range groupStats(pgid) {
+		u, _ := strconv.ParseFloat(p.fields[11], 64) // field 14: utime, in clock ticks
+		s, _ := strconv.ParseFloat(p.fields[12], 64) // field 15: stime
+		total += (u + s) / 100                       // USER_HZ is 100 on Linux
 	}
 	return total
 }
@@ -155,6 +161,19 @@ func HostMemoryUsed() float64 {
 		}
 	}
 	return (kb["MemTotal"] - kb["MemAvailable"]) / 1024 / 1024
+}
+
+// PhaseReason is a Cluster's phase and its Ready condition's reason, such as "Sleeping
+// Sleeping": asleep, its processes gone (not falling asleep, nor a wake's stale status).
+func PhaseReason(u *unstructured.Unstructured) string {
+	p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Ready" {
+			return fmt.Sprint(p, " ", m["reason"])
+		}
+	}
+	return p
 }
 
 // stat is the fields of /proc/<pid>/stat after the command name; nil when it cannot be read.
