@@ -14,14 +14,15 @@ import (
 )
 
 // A Cluster declared with createAsleep is Sleeping at once: its kubeconfig is delivered,
-// but no process runs, no port is leased and no datastore exists. The first kubectl
+// its certificates minted for --cert-validity, but no process runs, no port is leased and
+// no datastore exists. The first kubectl
 // through the front door initialises and starts it and is answered; from then on it is a
 // cluster like any other.
 func TestAClusterCreatedAsleep(t *testing.T) {
 	const door = "127.0.0.1:31980"
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
-	_, kubectl, metricsURL := startServeWith(t, exe, bin, root, "31900-31979", "--front-door", door, "--base-domain", "kcp.test")
+	_, kubectl, metricsURL := startServeWith(t, exe, bin, root, "31900-31979", "--front-door", door, "--base-domain", "kcp.test", "--cert-validity", "720h")
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
 	os.WriteFile(manifest, []byte(`apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
@@ -42,6 +43,12 @@ spec: {account: acme, sleepAfter: 1h, createAsleep: true}
 	}
 	if !strings.Contains(string(raw), "server: https://z.kcp.test:31980") {
 		t.Errorf("the delivered kubeconfig does not name the front door:\n%s", raw)
+	}
+	// Its certificates were minted for --cert-validity, and the metric says when the
+	// soonest expires.
+	expiry := time.Unix(int64(metricValue(t, metricsURL, `socialweb_cluster_certificate_expiry_timestamp_seconds{cluster="default/z"}`)), 0)
+	if d := time.Until(expiry); d < 719*time.Hour || d > 721*time.Hour {
+		t.Errorf("soonest certificate expires in %s (at %s), want 720h (--cert-validity)", d.Round(time.Minute), expiry)
 	}
 	dataDir := filepath.Join(root, "clusters", "z")
 	if ids, _ := processrunner.FindByMarker(dataDir+"/", livetest.StackPrograms(bin)); len(ids) > 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/portallocator"
@@ -20,6 +21,7 @@ type providerFlags struct {
 	dataRoot, binDir, ports, k3sBinary string
 	bindAddress, advertiseAddress      string
 	verbose                            bool
+	certs                              certrenewal.Policy
 }
 
 // postgresBinDir is where initdb and postgres are (Debian's postgresql-15 package); a
@@ -38,6 +40,8 @@ func addProviderFlags(fs *pflag.FlagSet) *providerFlags {
 	fs.StringVar(&f.k3sBinary, "k3s-binary", "", "path to a k3s binary: runs each control plane as k3s server instead of kube-apiserver/controller-manager/scheduler (not live-tested here)")
 	fs.StringVar(&f.bindAddress, "apiserver-bind-address", "", "the IP the tenant apiservers listen on (default 127.0.0.1; beyond loopback their ports are open to the network, not only the front door)")
 	fs.StringVar(&f.advertiseAddress, "apiserver-advertise-address", "", "the IP the tenant apiservers tell their clusters to reach them at (default: the bind address, or 127.0.0.1 with 0.0.0.0)")
+	fs.DurationVar(&f.certs.Validity, "cert-validity", certrenewal.DefaultValidity, "how long a leaf certificate minted from now on is valid (CAs: ten years)")
+	fs.Float64Var(&f.certs.Share, "cert-renew-share", certrenewal.DefaultShare, "renew a leaf certificate when less than this share of its validity is left, at the cluster's next start")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "copy every component's log to stderr")
 	return f
 }
@@ -52,7 +56,13 @@ func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error)
 	if err := portallocator.CheckNotEphemeral(rng); err != nil {
 		return clusterprovider.Config{}, fmt.Errorf("--port-range %s: %w", rng, err)
 	}
-	cfg := clusterprovider.Config{DataRoot: f.dataRoot, BinDir: f.binDir, PostgresBin: postgresBinDir, Ports: rng}
+	if err := (certrenewal.Policy{Validity: f.certs.Validity}).Check(); err != nil {
+		return clusterprovider.Config{}, fmt.Errorf("--cert-validity: %w", err)
+	}
+	if err := (certrenewal.Policy{Share: f.certs.Share}).Check(); err != nil {
+		return clusterprovider.Config{}, fmt.Errorf("--cert-renew-share: %w", err)
+	}
+	cfg := clusterprovider.Config{DataRoot: f.dataRoot, BinDir: f.binDir, PostgresBin: postgresBinDir, Ports: rng, Certificates: f.certs}
 	if err := checkAddresses(f.bindAddress, f.advertiseAddress); err != nil {
 		return clusterprovider.Config{}, err
 	}

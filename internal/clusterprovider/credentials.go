@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/internal/atomicfile"
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/pki"
 )
@@ -46,7 +47,18 @@ const (
 // again, signed by the same CA, so no client's trust changes. tenantURL is the server the
 // tenant's kubeconfig names ("" means the apiserver's own loopback URL): the front door's
 // name for the cluster when there is one.
-func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string) error {
+//
+// A leaf certificate, or a kubeconfig's client certificate, that the policy says is due
+// (certrenewal.Policy.Due: less than its share of validity left) is minted again by the
+// same CA with a fresh key, valid for the policy's validity: every start of a cluster
+// renews what is due, and a cluster that starts at least once per renewal window never
+// meets an expired certificate. CAs are never renewed here.
+func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string, policy certrenewal.Policy) error {
+	now := time.Now()
+	leaf := func(x pki.Leaf) pki.Leaf {
+		x.Validity = policy.LeafValidity()
+		return x
+	}
 	l := s.Layout()
 	ca, err := ensureCA(l.CACert(), l.CAKey(), s.Name+"-ca")
 	if err != nil {
@@ -65,23 +77,23 @@ func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string) err
 			dns = append(dns, n)
 		}
 	}
-	serving := pki.Leaf{CommonName: "kube-apiserver", Server: true, DNSNames: dns, IPs: ips}
+	serving := leaf(pki.Leaf{CommonName: "kube-apiserver", Server: true, DNSNames: dns, IPs: ips})
 	if b, err := os.ReadFile(l.APIServerCert()); err == nil && !pki.Covers(b, dns, ips) {
 		if err := os.Remove(l.APIServerCert()); err != nil {
 			return err
 		}
 	}
-	if err := ensureLeaf(ca, l.APIServerCert(), l.APIServerKey(), serving); err != nil {
+	if err := ensureLeaf(ca, l.APIServerCert(), l.APIServerKey(), serving, policy, now); err != nil {
 		return err
 	}
-	if err := ensureLeaf(fp, l.FrontProxyClientCert(), l.FrontProxyClientKey(), pki.Leaf{CommonName: "front-proxy-client"}); err != nil {
+	if err := ensureLeaf(fp, l.FrontProxyClientCert(), l.FrontProxyClientKey(), leaf(pki.Leaf{CommonName: "front-proxy-client"}), policy, now); err != nil {
 		return err
 	}
 	// Minted apart from the kubeconfigs (the apiserver reads it by file), for tenants only:
 	// the front has no kubelets. A DataDir older than this certificate gets it on its next
 	// start.
 	if !s.Front {
-		if err := ensureLeaf(ca, l.KubeletClientCert(), l.KubeletClientKey(), pki.Leaf{CommonName: KubeletClientUser}); err != nil {
+		if err := ensureLeaf(ca, l.KubeletClientCert(), l.KubeletClientKey(), leaf(pki.Leaf{CommonName: KubeletClientUser}), policy, now); err != nil {
 			return err
 		}
 	}
@@ -116,7 +128,7 @@ func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string) err
 		if k.path == l.TenantKubeconfig() {
 			server = tenantURL
 		}
-		if err := ensureKubeconfig(s.Name, server, ca, k.path, k.leaf); err != nil {
+		if err := ensureKubeconfig(s.Name, server, ca, k.path, leaf(k.leaf), policy, now); err != nil {
 			return err
 		}
 	}
@@ -139,9 +151,9 @@ func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string) err
 
 // ensureKubeconfig (re)writes path when it is missing or names another server (the port
 // lease can change between runs when the book was lost, the front door be turned on or
-// off); the client key is kept otherwise.
-func ensureKubeconfig(cluster, server string, ca *pki.CA, path string, leaf pki.Leaf) error {
-	if b, err := os.ReadFile(path); err == nil && kubeconfigServer(b) == server {
+// off) or when its client certificate is due; the client key is kept otherwise.
+func ensureKubeconfig(cluster, server string, ca *pki.CA, path string, leaf pki.Leaf, policy certrenewal.Policy, now time.Time) error {
+	if b, err := os.ReadFile(path); err == nil && kubeconfigServer(b) == server && !policy.DueFile(certrenewal.KubeconfigCert(b), now) {
 		return nil
 	}
 	cert, key, err := ca.Issue(leaf)
@@ -175,8 +187,10 @@ func ensureCA(certPath, keyPath, cn string) (*pki.CA, error) {
 	}
 }
 
-func ensureLeaf(ca *pki.CA, certPath, keyPath string, leaf pki.Leaf) error {
-	if exists(certPath) && exists(keyPath) {
+// ensureLeaf mints the leaf when its certificate or key is missing, or when the
+// certificate is due for renewal.
+func ensureLeaf(ca *pki.CA, certPath, keyPath string, leaf pki.Leaf, policy certrenewal.Policy, now time.Time) error {
+	if b, err := os.ReadFile(certPath); err == nil && exists(keyPath) && !policy.DueFile(b, now) {
 		return nil
 	}
 	cert, key, err := ca.Issue(leaf)

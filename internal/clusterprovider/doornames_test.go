@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/frontdoor"
 )
 
@@ -100,7 +101,7 @@ func TestExtraNamesAreRoutedCertifiedOrRefused(t *testing.T) {
 func TestAnExtraNameGivenWhileItRunsIsCertified(t *testing.T) {
 	s := clusterstackSpec(t)
 	p := &Provider{cfg: Config{FrontDoor: FrontDoor{Names: frontdoor.Names{BaseDomain: "kcp.example"}, Port: 6443}}}
-	if err := EnsureCredentials(s, p.servingNames("demo"), "https://demo.kcp.example:6443"); err != nil {
+	if err := EnsureCredentials(s, p.servingNames("demo"), "https://demo.kcp.example:6443", certrenewal.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	c := &Cluster{Name: "demo", Spec: s, URL: "https://demo.kcp.example:6443", p: p, doorNames: p.servingNames("demo")}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/materialiser"
@@ -174,11 +175,11 @@ func TestTheFrontDoorURL(t *testing.T) {
 // the front door; the provider's own clients keep going straight to the apiserver.
 func TestTurningTheFrontDoorOnReissuesTheServingCertificate(t *testing.T) {
 	s := clusterstackSpec(t)
-	if err := EnsureCredentials(s, nil, ""); err != nil {
+	if err := EnsureCredentials(s, nil, "", certrenewal.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	ca1, _ := os.ReadFile(s.Layout().CACert())
-	if err := EnsureCredentials(s, []string{"demo.kcp.example"}, "https://demo.kcp.example:6443"); err != nil {
+	if err := EnsureCredentials(s, []string{"demo.kcp.example"}, "https://demo.kcp.example:6443", certrenewal.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	ca2, _ := os.ReadFile(s.Layout().CACert())
@@ -203,7 +204,7 @@ func TestTurningTheFrontDoorOnReissuesTheServingCertificate(t *testing.T) {
 	}
 	// Nothing changes on a second pass with the same names.
 	before, _ := os.ReadFile(s.Layout().APIServerCert())
-	if err := EnsureCredentials(s, []string{"demo.kcp.example"}, "https://demo.kcp.example:6443"); err != nil {
+	if err := EnsureCredentials(s, []string{"demo.kcp.example"}, "https://demo.kcp.example:6443", certrenewal.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := os.ReadFile(s.Layout().APIServerCert()); !bytes.Equal(before, after) {

@@ -614,6 +614,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		l.mu.Lock()
 		st.minted = true
 		l.mu.Unlock()
+		l.recordCertificates(cl.Namespace+"/"+cl.Name, l.P.DataDir(cl.Name))
 		return nil
 	case materialiser.OpReapSurvivors:
 		return l.P.ReapSurvivorsOf(cl.Name)
@@ -661,6 +662,9 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 		if err != nil {
 			c.Stop()
 		}
+	}
+	if err == nil {
+		l.recordCertificates(key, c.DataDir)
 	}
 	st := l.st(key)
 	l.mu.Lock()
@@ -723,6 +727,18 @@ var errBringUpUnderWay = errors.New("a bring-up is under way; stopping once it e
 
 // bringUpDeadline parks a bring-up that has not passed every gate by then as failed.
 const bringUpDeadline = 3 * time.Minute
+
+// recordCertificates puts the cluster's soonest certificate expiry in the metrics. A
+// certificate that cannot be read is logged, not fatal: the cluster runs, and the next
+// start mints what is unreadable.
+func (l *Loop) recordCertificates(key, dataDir string) {
+	l.metricsMu.Lock()
+	err := l.Metrics.setCertificates(key, dataDir)
+	l.metricsMu.Unlock()
+	if err != nil {
+		l.Log.Warn("certificate inventory", "cluster", key, "err", err)
+	}
+}
 
 // deliverKubeconfig writes the tenant kubeconfig at path into the <cluster>-kubeconfig
 // Secret in ns.

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/materialiser"
 )
 
@@ -19,6 +20,7 @@ type Metrics struct {
 	wake      prometheus.Histogram
 	restarts  *prometheus.CounterVec
 	nodes     *prometheus.GaugeVec
+	certs     *prometheus.GaugeVec
 	byCluster map[string]materialiser.Phase
 }
 
@@ -41,9 +43,13 @@ func NewMetrics() *Metrics {
 			Help: "Components that exited on their own, after which their cluster was brought back."}, []string{"component"}),
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "socialweb_cluster_nodes",
 			Help: "Guests listed in each cluster's nodes.json."}, []string{"cluster"}),
+		// A timestamp, as cert-manager's certmanager_certificate_expiration_timestamp_seconds:
+		// an alert computes the days left (minus time()) and a renewal shows as a step.
+		certs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "socialweb_cluster_certificate_expiry_timestamp_seconds",
+			Help: "When each cluster's soonest-expiring leaf certificate expires (Unix seconds), read at its last start or mint."}, []string{"cluster"}),
 		byCluster: map[string]materialiser.Phase{},
 	}
-	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.nodes,
+	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.nodes, m.certs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range phases {
 		m.phases.WithLabelValues(string(p)).Set(0)
@@ -59,6 +65,7 @@ func (m *Metrics) setPhase(key string, p materialiser.Phase) {
 	if p == "" {
 		delete(m.byCluster, key)
 		m.nodes.DeleteLabelValues(key)
+		m.certs.DeleteLabelValues(key)
 		m.phase.DeletePartialMatch(prometheus.Labels{"cluster": key})
 	} else {
 		m.byCluster[key] = p
@@ -80,4 +87,18 @@ func oneIf(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// setCertificates records when the soonest leaf certificate under dataDir expires; an
+// unreadable inventory drops the series (and is the caller's to report).
+func (m *Metrics) setCertificates(key, dataDir string) error {
+	certs, err := certrenewal.Inventory(dataDir)
+	if err != nil {
+		m.certs.DeleteLabelValues(key)
+		return err
+	}
+	if c, ok := certrenewal.SoonestLeaf(certs); ok {
+		m.certs.WithLabelValues(key).Set(float64(c.NotAfter.Unix()))
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/logfile"
@@ -62,6 +63,9 @@ type Config struct {
 	MaxNodes    int
 	PodsPerNode int
 	NodeResync  time.Duration
+	// Certificates is how long a leaf is valid and when it is renewed: every start of a
+	// cluster (a bring-up, a wake, a restart) renews the leaves that are due.
+	Certificates certrenewal.Policy
 }
 
 // FrontDoor is where the front door serves tenants.
@@ -263,7 +267,7 @@ func (c *Cluster) EnsureServingNames() (bool, error) {
 		return false, nil
 	}
 	sans := append(append(slices.Clone(c.p.cfg.SANs), want...), c.Spec.Addresses()...)
-	if err := EnsureCredentials(c.Spec, sans, c.URL); err != nil {
+	if err := EnsureCredentials(c.Spec, sans, c.URL, c.p.cfg.Certificates); err != nil {
 		return false, fmt.Errorf("cluster %s: serving certificate for %v: %w", c.Name, want, err)
 	}
 	c.doorNames = want
@@ -448,7 +452,7 @@ func (p *Provider) mint(s clusterstack.Spec) (Identity, string, []string, error)
 			url = u
 		}
 	}
-	if err := EnsureCredentials(s, sans, url); err != nil {
+	if err := EnsureCredentials(s, sans, url, p.cfg.Certificates); err != nil {
 		return Identity{}, "", nil, fmt.Errorf("cluster %s: credentials: %w", s.Name, err)
 	}
 	return id, url, doorNames, nil

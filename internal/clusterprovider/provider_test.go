@@ -14,7 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/portallocator"
@@ -220,11 +222,11 @@ func TestTheK3sFlavourNeedsItsOwnBinaries(t *testing.T) {
 func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {
 	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), APIServerPort: 30001}
 	os.MkdirAll(s.Layout().PKIDir(), 0o700)
-	if err := EnsureCredentials(s, []string{"demo.example", "10.0.0.1"}, ""); err != nil {
+	if err := EnsureCredentials(s, []string{"demo.example", "10.0.0.1"}, "", certrenewal.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	ca1, _ := os.ReadFile(s.Layout().CACert())
-	if err := EnsureCredentials(s, nil, ""); err != nil {
+	if err := EnsureCredentials(s, nil, "", certrenewal.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	ca2, _ := os.ReadFile(s.Layout().CACert())
@@ -251,8 +253,67 @@ func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {
 		t.Fatalf("kubelet client certificate: CN %q, O %v, usages %v, signed by the CA: %v", kc.Subject.CommonName, kc.Subject.Organization, kc.ExtKeyUsage, kc.CheckSignatureFrom(ca))
 	}
 	os.Remove(s.Layout().CAKey())
-	if err := EnsureCredentials(s, nil, ""); err == nil {
+	if err := EnsureCredentials(s, nil, "", certrenewal.Policy{}); err == nil {
 		t.Fatal("a CA with its key missing was silently re-minted")
+	}
+}
+
+// A start renews every leaf that is due, by the same CA and with a fresh key, and keeps
+// what is not: with a policy that says everything is due (a validity of 10 s of which 90%
+// must be left), a second EnsureCredentials renews every leaf and kubeconfig, the CAs
+// stay; under the default policy nothing changes.
+func TestCredentialsDueAreRenewedAndTheCAsStay(t *testing.T) {
+	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), APIServerPort: 30001}
+	os.MkdirAll(s.Layout().PKIDir(), 0o700)
+	short := certrenewal.Policy{Validity: 10 * time.Second, Share: 0.9}
+	if err := EnsureCredentials(s, nil, "", short); err != nil {
+		t.Fatal(err)
+	}
+	// Each certificate as it is now (a renewed one has a fresh key, so other bytes).
+	read := func() map[string]string {
+		certs, err := certrenewal.Inventory(s.DataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, c := range certs {
+			b, _ := os.ReadFile(c.Path)
+			if strings.HasSuffix(c.Path, ".kubeconfig") {
+				b = certrenewal.KubeconfigCert(b)
+			}
+			out[filepath.Base(c.Path)] = string(b)
+		}
+		return out
+	}
+	before := read()
+	if len(before) < 10 {
+		t.Fatalf("inventory too small: %v", before)
+	}
+	if err := EnsureCredentials(s, nil, "", short); err != nil {
+		t.Fatal(err)
+	}
+	after := read()
+	for name, was := range before {
+		now := after[name]
+		stays := name == "ca.crt" || name == "front-proxy-ca.crt"
+		if stays && now != was {
+			t.Errorf("%s changed: a CA is never renewed by a start", name)
+		}
+		if !stays && now == was {
+			t.Errorf("%s was due and was not renewed", name)
+		}
+	}
+	if err := EnsureCredentials(s, nil, "", certrenewal.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	minted := read()
+	if err := EnsureCredentials(s, nil, "", certrenewal.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, was := range minted {
+		if read()[name] != was {
+			t.Errorf("%s renewed under the default policy, a year from expiry", name)
+		}
 	}
 }
 
@@ -296,7 +357,7 @@ func pemBody(s string) []string {
 func TestNoBuilderPutsASecretOnArgv(t *testing.T) {
 	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), BinDir: "/opt/bin", APIServerPort: 30001, K3sBinary: "/opt/k3s"}
 	os.MkdirAll(s.Layout().PKIDir(), 0o700)
-	if err := EnsureCredentials(s, nil, ""); err != nil {
+	if err := EnsureCredentials(s, nil, "", certrenewal.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	secrets := secretsOf(t, s.Layout())

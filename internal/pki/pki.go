@@ -96,6 +96,9 @@ type Leaf struct {
 	DNSNames     []string
 	IPs          []net.IP
 	Server       bool // server auth (else client auth)
+	// Validity, when set, is how long the certificate is valid from now; 0 is
+	// LeafValidity. Short ones are for tests of renewal.
+	Validity time.Duration
 }
 
 // Issue mints a key and a certificate for leaf, signed by ca.
@@ -108,12 +111,15 @@ func (ca *CA) Issue(leaf Leaf) (certPEM, keyPEM []byte, err error) {
 	if leaf.Server {
 		usage = x509.ExtKeyUsageServerAuth
 	}
-	now := time.Now()
+	now, validity := time.Now(), leaf.Validity
+	if validity <= 0 {
+		validity = LeafValidity
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:   serial(),
 		Subject:        pkix.Name{CommonName: leaf.CommonName, Organization: leaf.Organization},
 		NotBefore:      now.Add(-time.Minute),
-		NotAfter:       now.Add(LeafValidity),
+		NotAfter:       now.Add(validity),
 		KeyUsage:       x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:    []x509.ExtKeyUsage{usage},
 		DNSNames:       leaf.DNSNames,
