@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +28,11 @@ func TestAClusterCreatedAsleep(t *testing.T) {
 	os.WriteFile(manifest, []byte(`apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
 metadata: {name: z, namespace: default}
+spec: {account: acme, sleepAfter: 1h, createAsleep: true}
+---
+apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: idle, namespace: default}
 spec: {account: acme, sleepAfter: 1h, createAsleep: true}
 `), 0o600)
 	kubectl("apply", "-f", manifest)
@@ -80,4 +86,15 @@ spec: {account: acme, sleepAfter: 1h, createAsleep: true}
 	if n := metricValue(t, metricsURL, "socialweb_cluster_wake_seconds_count"); n != 1 {
 		t.Errorf("wakes = %v, want 1", n)
 	}
+
+	// idle, never woken, is deleted asleep: its DataDir and Secret go with it.
+	if s := kubectl("get", "clusters", "idle", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}"); s != "CreatedAsleep" {
+		t.Errorf("cluster idle: %q, want CreatedAsleep", s)
+	}
+	kubectl("delete", "clusters", "idle", "--wait=false")
+	eventually(t, 2*time.Minute, "Cluster idle gone with its DataDir and Secret", func() (bool, string) {
+		left := kubectl("get", "clusters,secrets", "-o", "name")
+		_, err := os.Stat(filepath.Join(root, "clusters", "idle"))
+		return !strings.Contains(left, "/idle") && os.IsNotExist(err), fmt.Sprintf("%q; DataDir: %v", left, err)
+	})
 }
