@@ -33,7 +33,7 @@ import (
 type serveOptions struct {
 	*providerFlags
 	frontKubeconfig, logFormat, metricsAddr string
-	maxBringUps                             int
+	maxBringUps, maxRunning                 int
 	// The front door: one listener for every tenant apiserver, routed by TLS server name.
 	frontDoorAddr, baseDomain string
 	frontDoorPort             int
@@ -57,6 +57,7 @@ func serveCmd(stdout, stderr io.Writer) *cobra.Command {
 	o.providerFlags = addProviderFlags(fs)
 	fs.StringVar(&o.frontKubeconfig, "front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
 	fs.IntVar(&o.maxBringUps, "max-bring-ups", 2, "bring-ups run at once")
+	fs.IntVar(&o.maxRunning, "max-running-clusters", 0, "at most this many clusters run at once (sleeping and parked ones do not count); the next waits with condition HostFull until one stops. 0: no cap")
 	fs.StringVar(&o.logFormat, "log-format", "text", "the log's format on stderr: text or json (client-go's log lines too)")
 	fs.StringVar(&o.metricsAddr, "metrics-address", "127.0.0.1:9464", "where /metrics, /healthz and /readyz listen (host:port; port 0 picks one)")
 	fs.StringVar(&o.frontDoorAddr, "front-door", "", "serve every tenant apiserver on this one address (host:port, such as 0.0.0.0:6443), routed by TLS server name <cluster>.<base-domain>; needs --base-domain")
@@ -70,6 +71,9 @@ func serveCmd(stdout, stderr io.Writer) *cobra.Command {
 func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	if o.maxBringUps < 1 {
 		return fmt.Errorf("--max-bring-ups: %d; want 1 or more", o.maxBringUps)
+	}
+	if o.maxRunning < 0 {
+		return fmt.Errorf("--max-running-clusters: %d; want 0 (no cap) or more", o.maxRunning)
 	}
 	log, err := newLogger(o.logFormat, stderr)
 	if err != nil {
@@ -96,7 +100,7 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	defer lock.Release()
 	host, _ := os.Hostname()
 	metrics := clusterprovider.NewMetrics()
-	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: o.maxBringUps, Log: log, Metrics: metrics}
+	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: o.maxBringUps, MaxRunning: o.maxRunning, Log: log, Metrics: metrics}
 	cfg.OnEvent = loop.StepEvent
 	p, err := clusterprovider.New(cfg)
 	if err != nil {

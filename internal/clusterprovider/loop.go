@@ -58,6 +58,10 @@ type Loop struct {
 	Instance string               // status.instance: which provider runs the clusters
 	// MaxBringUps bounds concurrent bring-ups (default 2: each is CPU-heavy).
 	MaxBringUps int
+	// MaxRunning, when above 0, is the host guard: at most this many clusters run at once
+	// (starting, up, or exited and not yet reaped); the next waits, condition HostFull,
+	// until one stops, sleeps or is deleted. Sleeping and parked clusters do not count.
+	MaxRunning int
 	// Log gets one structured line per decision that acts, and per failure, each with the
 	// cluster's namespace/name; nil discards.
 	Log *slog.Logger
@@ -408,6 +412,12 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	}
 	for _, op := range r.Ops {
 		err := l.perform(ctx, op, &cl, st)
+		if errors.Is(err, errHostFull) {
+			// Another cluster took the last room since this pass observed: the next
+			// pass says HostFull.
+			log.Info("host full; looking again", "op", string(op))
+			return materialiser.HostFullRecheck, nil
+		}
 		if errors.Is(err, errBringUpUnderWay) {
 			// Not a failure and nothing to poll: the bring-up enqueues this key when it
 			// ends, and the stop goes then. (Returned as an error, it was retried at every
@@ -458,6 +468,7 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 		EverReady: st.everReady || cl.Status.Phase == v1alpha1.PhaseReady || cl.Status.Phase == v1alpha1.PhaseUnavailable || cl.Status.Phase == v1alpha1.PhaseSleeping,
 		Group:     st.group, FailedStep: st.failedStep, FailedReason: st.reason, Attempts: st.attempts, LastAttempt: st.lastAttempt,
 		UpSince: st.upSince, WakeRequested: !st.wakeSince.IsZero(), Minted: st.minted,
+		MaxRunning: l.MaxRunning, RunningElsewhere: l.runningElsewhereLocked(st),
 	}
 	c := st.cluster
 	l.mu.Unlock()
@@ -559,6 +570,12 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		return l.setFinalizer(ctx, ClustersResource, &cl.ObjectMeta, v1alpha1.TeardownFinalizer, op == materialiser.OpAddFinalizer, nil)
 	case materialiser.OpBringUp:
 		l.mu.Lock()
+		// The count again, under the lock that marks this one starting: two passes that
+		// each saw room for one must not both take it.
+		if n := l.runningElsewhereLocked(st); l.MaxRunning > 0 && n >= l.MaxRunning {
+			l.mu.Unlock()
+			return errHostFull
+		}
 		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), nil
 		l.signalLocked()
 		l.mu.Unlock()
@@ -724,6 +741,22 @@ const removeNodesAtOnce = 8
 // errBringUpUnderWay: a stop must wait for the bring-up that is running to end; the
 // reconcile ends there, and the bring-up's end enqueues the key again.
 var errBringUpUnderWay = errors.New("a bring-up is under way; stopping once it ends")
+
+// errHostFull: the host guard's cap was reached between a pass's observation and its
+// bring-up.
+var errHostFull = errors.New("host full")
+
+// runningElsewhereLocked counts the clusters other than st's that run on this provider:
+// the host guard's measure. l.mu is held.
+func (l *Loop) runningElsewhereLocked(st *runState) int {
+	n := 0
+	for _, other := range l.state {
+		if other != st && (other.group == materialiser.GroupStarting || other.group == materialiser.GroupUp || other.group == materialiser.GroupExited) {
+			n++
+		}
+	}
+	return n
+}
 
 // bringUpDeadline parks a bring-up that has not passed every gate by then as failed.
 const bringUpDeadline = 3 * time.Minute

@@ -7,6 +7,7 @@ package materialiser
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"socialweb.computer/kcp/api/v1alpha1"
@@ -86,7 +87,21 @@ type Observed struct {
 	CreateAsleep bool // spec.createAsleep
 	Datastore    bool // its datastore was initialised (by a bring-up): it was awake once
 	Minted       bool // this run minted it and delivered its kubeconfig
+
+	// The host guard: at most MaxRunning clusters run on this provider at once (0: no
+	// cap); RunningElsewhere is how many others do now (starting, up, or exited and not
+	// yet reaped). A bring-up waits while they fill the cap.
+	MaxRunning       int
+	RunningElsewhere int
 }
+
+// HostFull says whether a bring-up of this cluster must wait for another one to stop.
+func (o Observed) HostFull() bool {
+	return o.MaxRunning > 0 && o.RunningElsewhere >= o.MaxRunning
+}
+
+// HostFullRecheck is how often a cluster kept down by the host guard looks again.
+const HostFullRecheck = 5 * time.Second
 
 // Condition is the Ready condition.
 type Condition struct {
@@ -123,9 +138,44 @@ func Backoff(failures int) time.Duration {
 	return min(d, BackoffMax)
 }
 
-// Reconcile decides. The order of its cases is the priority: deletion, then the finalizer,
-// then parking, then bringing up and keeping up.
+// Reconcile decides (decide), then the host guard holds back a bring-up the host has no
+// room for.
 func Reconcile(o Observed) Result {
+	r := decide(o)
+	if slices.Contains(r.Ops, OpBringUp) && o.HostFull() {
+		return hostFull(o, r)
+	}
+	return r
+}
+
+// hostFull is r with its bring-up held back: Unavailable (a sleeping cluster stays
+// Sleeping) with a condition that says why and when it starts, looked at again soon. What
+// r does besides is still done, and a lease it holds is released.
+func hostFull(o Observed, r Result) Result {
+	phase := PhaseUnavailable
+	if r.Phase == PhaseSleeping {
+		phase = PhaseSleeping
+	}
+	out := Result{Phase: phase, Requeue: HostFullRecheck,
+		Ready: notReady("HostFull", fmt.Sprintf("host full: %d of at most %d clusters run on this provider; it starts when one stops, sleeps or is deleted", o.RunningElsewhere, o.MaxRunning))}
+	if o.Group == GroupFailed {
+		out.Ready.Message += fmt.Sprintf("; its last bring-up failed at step %s: %s", o.FailedStep, o.FailedReason)
+	}
+	for _, op := range r.Ops {
+		if op != OpBringUp {
+			out.Ops = append(out.Ops, op)
+		}
+	}
+	// Waiting, it holds no port: a later bring-up leases one again.
+	if o.LeaseHeld && (o.Group == GroupAbsent || o.Group == GroupFailed) && !slices.Contains(out.Ops, OpReleaseLease) {
+		out.Ops = append(out.Ops, OpReapSurvivors, OpReleaseLease)
+	}
+	return out
+}
+
+// decide is the decision without the host guard. The order of its cases is the priority:
+// deletion, then the finalizer, then parking, then bringing up and keeping up.
+func decide(o Observed) Result {
 	switch {
 	case o.Deleting:
 		return teardown(o)

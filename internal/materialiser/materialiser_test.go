@@ -100,6 +100,17 @@ func TestTransitions(t *testing.T) {
 		{"created asleep, then deleted", obs(func(o *Observed) {
 			o.CreateAsleep, o.SleepAfter, o.Phase, o.Deleting, o.DataDirExists, o.KubeconfigSet = true, time.Minute, PhaseSleeping, true, true, true
 		}), PhaseDraining, "Deleting", []Op{OpReapSurvivors, OpRemoveDataDir, OpDeleteKubeconfig, OpRemoveFinalizer}, false},
+		{"host full: the first bring-up waits", obs(func(o *Observed) { o.MaxRunning, o.RunningElsewhere = 2, 2 }),
+			PhaseUnavailable, "HostFull", nil, true},
+		{"host full: a failed cluster's retry waits", obs(func(o *Observed) {
+			o.Group, o.FailedStep, o.Attempts, o.LastAttempt, o.MaxRunning, o.RunningElsewhere = GroupFailed, "kine", 1, t0.Add(-time.Hour), 1, 1
+		}), PhaseUnavailable, "HostFull", nil, true},
+		{"host full: a wake waits, asleep", obs(func(o *Observed) {
+			o.Phase, o.SleepAfter, o.WakeRequested, o.MaxRunning, o.RunningElsewhere, o.LeaseHeld = PhaseSleeping, time.Minute, true, 1, 1, true
+		}), PhaseSleeping, "HostFull", []Op{OpReapSurvivors, OpReleaseLease}, true},
+		{"room again: brought up", obs(func(o *Observed) { o.MaxRunning, o.RunningElsewhere = 2, 1 }), PhaseInitializing, "BringingUp", []Op{OpBringUp}, false},
+		{"host full: a running cluster runs on", obs(func(o *Observed) { o.Group, o.Phase, o.MaxRunning, o.RunningElsewhere = GroupUp, PhaseReady, 1, 3 }),
+			PhaseReady, "Ready", nil, false},
 		{"deleted before the finalizer was added", obs(func(o *Observed) { o.Deleting, o.HasFinalizer = true, false }), PhaseDraining, "Deleting", nil, false},
 	} {
 		r := Reconcile(tc.o)
@@ -148,13 +159,18 @@ func TestEveryObservationKeepsTheRules(t *testing.T) {
 									for _, attempts := range []int{0, 3} {
 										for _, ago := range []time.Duration{time.Second, time.Hour} {
 											for _, sl := range sleeps {
-												o := Observed{Now: t0, Running: running, Deleting: deleting, HasFinalizer: fin, Group: g, Nodes: nodes,
-													LeaseHeld: lease, DataDirExists: dir, KubeconfigSet: kc, Attempts: attempts, LastAttempt: t0.Add(-ago), FailedStep: "kine",
-													Phase: sl.phase, SleepAfter: sl.after, UpSince: t0.Add(-time.Hour), LastActive: t0.Add(-sl.idle),
-													Connections: sl.conns, RealNodes: min(sl.real, nodes), WakeRequested: sl.wake,
-													CreateAsleep: sl.create, Datastore: sl.store, Minted: sl.minted}
-												checkRules(t, o, Reconcile(o))
-												n++
+												for _, full := range []bool{false, true} {
+													o := Observed{Now: t0, Running: running, Deleting: deleting, HasFinalizer: fin, Group: g, Nodes: nodes,
+														LeaseHeld: lease, DataDirExists: dir, KubeconfigSet: kc, Attempts: attempts, LastAttempt: t0.Add(-ago), FailedStep: "kine",
+														Phase: sl.phase, SleepAfter: sl.after, UpSince: t0.Add(-time.Hour), LastActive: t0.Add(-sl.idle),
+														Connections: sl.conns, RealNodes: min(sl.real, nodes), WakeRequested: sl.wake,
+														CreateAsleep: sl.create, Datastore: sl.store, Minted: sl.minted}
+													if full {
+														o.MaxRunning, o.RunningElsewhere = 2, 2
+													}
+													checkRules(t, o, Reconcile(o))
+													n++
+												}
 											}
 										}
 									}
@@ -211,7 +227,7 @@ func checkRules(t *testing.T, o Observed, r Result) {
 	if createdAsleep && !o.WakeRequested && (has(OpBringUp) || r.Phase != PhaseSleeping) {
 		fail("a cluster created asleep gets no datastore and no process until a request comes")
 	}
-	if createdAsleep && o.WakeRequested && !has(OpBringUp) {
+	if createdAsleep && o.WakeRequested && !has(OpBringUp) && !o.HostFull() {
 		fail("a request for a cluster created asleep brings it up")
 	}
 	if has(OpMint) && !(createdAsleep && !o.Minted) {
@@ -220,11 +236,20 @@ func checkRules(t *testing.T, o Observed, r Result) {
 	if has(OpBringUp) && o.Phase == PhaseSleeping && o.Group == GroupAbsent && o.SleepAfter > 0 && !o.WakeRequested {
 		fail("a sleeping cluster is brought up only when a request waits (or sleep is off); a failed wake retries as any failed bring-up")
 	}
-	if shouldRun && o.Phase == PhaseSleeping && o.Group == GroupAbsent && (o.WakeRequested || o.SleepAfter == 0) && !has(OpBringUp) {
+	if shouldRun && o.Phase == PhaseSleeping && o.Group == GroupAbsent && (o.WakeRequested || o.SleepAfter == 0) && !has(OpBringUp) && !o.HostFull() {
 		fail("a request for a sleeping cluster wakes it")
 	}
 	if r.Phase == PhaseSleeping && o.Group == GroupAbsent && o.LeaseHeld && !has(OpReleaseLease) && !has(OpBringUp) {
 		fail("a sleeping cluster holds no port (one waking gets its own back)")
+	}
+	if o.HostFull() && has(OpBringUp) {
+		fail("no bring-up while the host is full")
+	}
+	if o.HostFull() && shouldRun && !running && o.Group != GroupStarting && len(r.Ops) == 0 && r.Requeue == 0 && r.Phase != PhaseSleeping && r.Ready.Reason != "Parked" {
+		fail("a cluster the host has no room for is looked at again")
+	}
+	if r.Ready.Reason == "HostFull" && !(o.HostFull() && shouldRun) {
+		fail("HostFull only when the host is full")
 	}
 	if r.Ready.Status != (r.Phase == PhaseReady) {
 		fail("the Ready condition agrees with the phase")
