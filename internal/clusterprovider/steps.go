@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/processrunner"
@@ -93,6 +94,11 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 			step.Ready = all(waitReadyz(in.Admin), bootstrapTenantRBAC(in.Admin))
 			if !s.Front {
 				step.Ready = all(step.Ready, bootstrapKubeletClientRBAC(in.Admin))
+				// Written at every start, so a DataDir older than the audit log, or than
+				// the policy's last change, runs with today's.
+				step.Prepare = func(context.Context) error {
+					return atomicfile.WriteFile(l.AuditPolicy(), []byte(clusterstack.AuditPolicyYAML), 0o600)
+				}
 			}
 			step.ReadyTimeout = apiserverReady
 		case procgroup.ComponentControllerManager:
