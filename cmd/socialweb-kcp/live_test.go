@@ -172,6 +172,16 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	// Parked: nothing runs, the port is free, the data stays; up brings it back with its
 	// objects and its node.
 	kubectl("create", "configmap", "kept", "--from-literal=k=v")
+	// The tenant's write is in its audit log, which audit shows from the DataDir.
+	livetest.Eventually(t, time.Minute, "audit demo shows the ConfigMap's creation", func() (bool, string) {
+		out := must("audit", "demo", "--data-root", root, "--tail", "30")
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 7 && f[2] == "create" && f[3] == "configmaps" && f[5] == "kept" && f[6] == "201" {
+				return true, out
+			}
+		}
+		return false, out
+	})
 	dataDir := filepath.Join(root, "clusters", "demo")
 	// ls --watch sees the park: the table, then demo's row again as it changes.
 	watchOut := filepath.Join(t.TempDir(), "ls-watch.out")

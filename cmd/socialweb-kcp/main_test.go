@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/auditlog"
 )
 
 // Bad command lines exit 2 and name what is wrong; a missing front exits 1 and says what
@@ -31,6 +32,8 @@ func TestExitCodesAndMessages(t *testing.T) {
 		{[]string{"up", "demo", "--timeout", "soon"}, exitUsage, "--timeout"},
 		{[]string{"frobnicate"}, exitUsage, "unknown command"},
 		{[]string{"nodes", "rm", "demo"}, exitUsage, "want NAME ID..."},
+		{[]string{"audit", "demo", "--tail", "0"}, exitUsage, "--tail 0: want a number of events"},
+		{[]string{"audit", "demo", "-o", "yaml"}, exitUsage, "-o yaml: audit prints a table or json"},
 		{[]string{"ls", "--kubeconfig", missing}, exitFailed, "--kubeconfig " + missing + ": no such file or directory; start the provider first"},
 	} {
 		var out, errb bytes.Buffer
@@ -38,6 +41,25 @@ func TestExitCodesAndMessages(t *testing.T) {
 		if code != c.code || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%v: exit %d, %q; want exit %d and %q", c.args, code, errb.String(), c.code, c.want)
 		}
+	}
+}
+
+// The audit view: one row per event, oldest first; a non-resource request shows its path.
+func TestAuditTable(t *testing.T) {
+	at := time.Date(2026, 12, 5, 1, 2, 3, 0, time.UTC)
+	var b bytes.Buffer
+	if err := printAudit(&b, []auditlog.Event{
+		{Time: at, User: "socialweb:tenant-admin", Verb: "create", Resource: "configmaps", Namespace: "default", Name: "web", Code: 201},
+		{Time: at, User: "system:anonymous", Verb: "get", URI: "/version", Code: 403},
+	}, outTable); err != nil {
+		t.Fatal(err)
+	}
+	want := `TIME                  USER                    VERB    RESOURCE    NAMESPACE  NAME  CODE
+2026-12-05T01:02:03Z  socialweb:tenant-admin  create  configmaps  default    web   201
+2026-12-05T01:02:03Z  system:anonymous        get     /version    -          -     403
+`
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"socialweb.computer/kcp/internal/auditlog"
 	"socialweb.computer/kcp/internal/livetest"
 )
 
@@ -39,6 +41,15 @@ func TestEachTenantHasItsOwnAuditLog(t *testing.T) {
 		log := read(a)
 		return strings.Contains(log, "visible-in-the-audit") && strings.Contains(log, `"name":"audited-secret"`), fmt.Sprintf("%d bytes", len(log))
 	})
+	events, err := auditlog.Recent(a.Spec.Layout().AuditLog(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(events, func(e auditlog.Event) bool {
+		return e.Verb == "create" && e.Resource == "configmaps" && e.Name == "audited-write" && e.Code == 201 && e.User != ""
+	}) {
+		t.Errorf("a's recent events lack the ConfigMap's creation (%d events)", len(events))
+	}
 	for _, c := range []*Cluster{a, b} {
 		if strings.Contains(read(c), "socialweb-audit-secret-marker") {
 			t.Errorf("%s's audit log holds a Secret's value", c.Name)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"socialweb.computer/kcp/internal/atomicfile"
+	"socialweb.computer/kcp/internal/auditlog"
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/processrunner"
@@ -97,7 +98,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 				// Written at every start, so a DataDir older than the audit log, or than
 				// the policy's last change, runs with today's.
 				step.Prepare = func(context.Context) error {
-					return atomicfile.WriteFile(l.AuditPolicy(), []byte(clusterstack.AuditPolicyYAML), 0o600)
+					return atomicfile.WriteFile(l.AuditPolicy(), []byte(auditlog.Policy), 0o600)
 				}
 			}
 			step.ReadyTimeout = apiserverReady

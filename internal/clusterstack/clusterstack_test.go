@@ -297,3 +297,19 @@ func TestTheBindAndAdvertiseAddresses(t *testing.T) {
 		}
 	}
 }
+
+// The tenant apiserver writes an audit log under the DataDir's logs, bounded; the
+// front's, the operator's, has none.
+func TestOnlyTenantApiserversAudit(t *testing.T) {
+	s := Spec{Name: "demo", DataDir: "/data/demo", BinDir: "/bin", APIServerPort: 30001}
+	argv := s.APIServerArgv()
+	for _, want := range []string{"--audit-policy-file=/data/demo/audit-policy.yaml", "--audit-log-path=/data/demo/logs/audit.log", "--audit-log-maxsize=10", "--audit-log-maxbackup=2"} {
+		if !slices.Contains(argv, want) {
+			t.Errorf("tenant apiserver argv lacks %s", want)
+		}
+	}
+	s.Front = true
+	if slices.ContainsFunc(s.APIServerArgv(), func(a string) bool { return strings.HasPrefix(a, "--audit-") }) {
+		t.Error("the front's apiserver audits")
+	}
+}

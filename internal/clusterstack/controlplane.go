@@ -1,6 +1,10 @@
 package clusterstack
 
-import "strconv"
+import (
+	"strconv"
+
+	"socialweb.computer/kcp/internal/auditlog"
+)
 
 // APIServerArgv is the tenant kube-apiserver: the stack's only TCP listener (on loopback
 // unless BindAddress says otherwise), storing in kine over its unix socket.
@@ -48,8 +52,8 @@ func (s Spec) APIServerArgv() []string {
 		f["audit-policy-file"] = l.AuditPolicy()
 		f["audit-log-path"] = l.AuditLog()
 		f["audit-log-format"] = "json"
-		f["audit-log-maxsize"] = "10"
-		f["audit-log-maxbackup"] = "2"
+		f["audit-log-maxsize"] = strconv.Itoa(auditlog.MaxSizeMiB)
+		f["audit-log-maxbackup"] = strconv.Itoa(auditlog.MaxBackups)
 	}
 	return append([]string{s.Bin("kube-apiserver")}, flags(f)...)
 }
@@ -110,28 +114,3 @@ func (s Spec) ServerArgv() []string {
 		"secrets-encryption":       "true",
 	})...)
 }
-
-// AuditPolicyYAML is every tenant apiserver's audit policy: nothing for health probes and
-// node heartbeats (noise); Secrets, tokens and token reviews at Metadata, so no secret
-// value is ever written, whatever the verb; reads at Metadata; every other write with its
-// request body (level Request), so a tenant sees what was changed and by whom.
-const AuditPolicyYAML = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-- level: None
-  nonResourceURLs: [/healthz*, /readyz*, /livez*, /version, /openapi*]
-- level: None
-  resources:
-  - group: coordination.k8s.io
-    resources: [leases]
-- level: Metadata
-  resources:
-  - group: ""
-    resources: [secrets, serviceaccounts/token]
-  - group: authentication.k8s.io
-    resources: [tokenreviews]
-- level: Metadata
-  verbs: [get, list, watch]
-- level: Request
-`

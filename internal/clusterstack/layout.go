@@ -76,7 +76,7 @@ func (l Layout) NodesFile() string { return l.path("nodes.json") }
 // Log is the log file of one component.
 func (l Layout) Log(component string) string { return l.path("logs", component+".log") }
 
-// AuditPolicy is the tenant apiserver's audit policy (AuditPolicyYAML), and AuditLog the
+// AuditPolicy is the tenant apiserver's audit policy (auditlog.Policy), and AuditLog the
 // log it writes, rotated by the apiserver itself.
 func (l Layout) AuditPolicy() string { return l.path("audit-policy.yaml") }
 func (l Layout) AuditLog() string    { return l.path("logs", "audit.log") }
