@@ -65,11 +65,23 @@ type ClusterSpec struct {
 	// started, only by the first request through the front door. A cluster declared for
 	// later then costs a few kilobytes of disk and no process. Without sleep it is ignored.
 	CreateAsleep bool `json:"createAsleep,omitempty"`
+	// Resources bound the cluster's processes together (its datastore, control plane and
+	// simulated nodes) in a control group of its own; an unset field takes the provider's
+	// default (serve --cluster-memory, --cluster-cpu, --cluster-pids). A change applies
+	// at the cluster's next start.
+	Resources *ClusterResources `json:"resources,omitempty"`
 	// ExtraNames are DNS names the cluster answers to at the front door besides
 	// <name>.<base-domain>, such as a vanity domain the tenant points at the host: routed
 	// by the front door and carried by the apiserver's serving certificate. A name under
 	// the base domain, or one an older Cluster claims, is refused with a condition.
 	ExtraNames []string `json:"extraNames,omitempty"`
+}
+
+// ClusterResources are a cluster's limits, as Kubernetes quantities.
+type ClusterResources struct {
+	Memory string `json:"memory,omitempty"` // such as 1Gi: page cache included
+	CPU    string `json:"cpu,omitempty"`    // such as 500m: CPU time per period
+	Pids   int64  `json:"pids,omitempty"`   // processes and threads
 }
 
 // ClusterStatus is what the provider reports, through the status subresource.

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"socialweb.computer/kcp/internal/certrenewal"
+	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/portallocator"
@@ -22,6 +23,9 @@ type providerFlags struct {
 	bindAddress, advertiseAddress      string
 	verbose                            bool
 	certs                              certrenewal.Policy
+	cgroups                            bool
+	memory, cpu                        string
+	pids                               int64
 }
 
 // postgresBinDir is where initdb and postgres are (Debian's postgresql-15 package); a
@@ -42,6 +46,10 @@ func addProviderFlags(fs *pflag.FlagSet) *providerFlags {
 	fs.StringVar(&f.advertiseAddress, "apiserver-advertise-address", "", "the IP the tenant apiservers tell their clusters to reach them at (default: the bind address, or 127.0.0.1 with 0.0.0.0)")
 	fs.DurationVar(&f.certs.Validity, "cert-validity", certrenewal.DefaultValidity, "how long a leaf certificate minted from now on is valid (CAs: ten years)")
 	fs.Float64Var(&f.certs.Share, "cert-renew-share", certrenewal.DefaultShare, "renew a leaf certificate when less than this share of its validity is left, at the cluster's next start")
+	fs.BoolVar(&f.cgroups, "cgroups", true, "run each tenant cluster in a control group of its own, below the provider's (cgroup v1 or v2), with its limits")
+	fs.StringVar(&f.memory, "cluster-memory", "", "each cluster's memory limit, page cache included, unless its spec.resources sets one (a quantity such as 1Gi; default none)")
+	fs.StringVar(&f.cpu, "cluster-cpu", "", "each cluster's CPU limit unless its spec.resources sets one (a quantity such as 500m or 2; default none)")
+	fs.Int64Var(&f.pids, "cluster-pids", 0, "each cluster's limit on processes and threads unless its spec.resources sets one (default none)")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "copy every component's log to stderr")
 	return f
 }
@@ -63,6 +71,23 @@ func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error)
 		return clusterprovider.Config{}, fmt.Errorf("--cert-renew-share: %w", err)
 	}
 	cfg := clusterprovider.Config{DataRoot: f.dataRoot, BinDir: f.binDir, PostgresBin: postgresBinDir, Ports: rng, Certificates: f.certs}
+	if cfg.Limits.MemoryBytes, err = cgroups.ParseMemory(f.memory); err != nil {
+		return clusterprovider.Config{}, fmt.Errorf("--cluster-memory %w", err)
+	}
+	if cfg.Limits.MilliCPU, err = cgroups.ParseCPU(f.cpu); err != nil {
+		return clusterprovider.Config{}, fmt.Errorf("--cluster-cpu %w", err)
+	}
+	if f.pids != 0 && f.pids < 64 {
+		return clusterprovider.Config{}, fmt.Errorf("--cluster-pids %d: want 64 or more, or 0 for no limit", f.pids)
+	}
+	cfg.Limits.Pids = f.pids
+	if f.cgroups {
+		if cfg.Cgroups, err = cgroups.Detect(cgroups.Mount, clusterprovider.CgroupSubtree(f.dataRoot)); err != nil {
+			return clusterprovider.Config{}, fmt.Errorf("--cgroups: %w", err)
+		}
+	} else if !cfg.Limits.IsZero() {
+		return clusterprovider.Config{}, errors.New("--cluster-memory, --cluster-cpu and --cluster-pids need --cgroups, which --cgroups=false turns off")
+	}
 	if err := checkAddresses(f.bindAddress, f.advertiseAddress); err != nil {
 		return clusterprovider.Config{}, err
 	}

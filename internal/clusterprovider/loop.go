@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/frontevents"
@@ -160,6 +161,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	if l.Metrics == nil {
 		l.Metrics = NewMetrics()
 	}
+	l.Metrics.collectUsage(l.usage)
 	l.slots = make(chan struct{}, l.MaxBringUps)
 	l.mu.Lock() // Address may already be asked (the front door serves beside the loop)
 	l.state, l.changed = map[string]*runState{}, make(chan struct{})
@@ -580,7 +582,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		l.signalLocked()
 		l.mu.Unlock()
 		l.bringUps.Add(1)
-		go l.bringUp(key, cl.Name, cl.Namespace, NodePolicy{MaxNodes: int(cl.Spec.MaxNodes), PodsPerNode: int(cl.Spec.PodsPerNode)})
+		go l.bringUp(key, cl.Name, cl.Namespace, PolicyOf(cl.Spec))
 		return nil
 	case materialiser.OpStop:
 		l.mu.Lock()
@@ -896,4 +898,35 @@ func equalStatus(a, b v1alpha1.ClusterStatus) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
+}
+
+// PolicyOf is a Cluster's own policy as its spec gives it. Its resource quantities passed
+// the front's schema; one that still does not parse is left to the provider's default.
+func PolicyOf(spec v1alpha1.ClusterSpec) NodePolicy {
+	np := NodePolicy{MaxNodes: int(spec.MaxNodes), PodsPerNode: int(spec.PodsPerNode)}
+	if r := spec.Resources; r != nil {
+		np.Resources.MemoryBytes, _ = cgroups.ParseMemory(r.Memory)
+		np.Resources.MilliCPU, _ = cgroups.ParseCPU(r.CPU)
+		np.Resources.Pids = r.Pids
+	}
+	return np
+}
+
+// usage is each running cluster's control-group usage, by key (none without cgroups).
+func (l *Loop) usage() map[string]cgroups.Usage {
+	l.mu.Lock()
+	running := map[string]*Cluster{}
+	for key, st := range l.state {
+		if st.cluster != nil {
+			running[key] = st.cluster
+		}
+	}
+	l.mu.Unlock()
+	out := map[string]cgroups.Usage{}
+	for key, c := range running {
+		if u, ok := c.Usage(); ok {
+			out[key] = u
+		}
+	}
+	return out
 }

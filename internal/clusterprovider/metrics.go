@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"socialweb.computer/kcp/internal/certrenewal"
+	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/materialiser"
 )
 
@@ -101,4 +102,41 @@ func (m *Metrics) setCertificates(key, dataDir string) error {
 		m.certs.WithLabelValues(key).Set(float64(c.NotAfter.Unix()))
 	}
 	return nil
+}
+
+// usageCollector reads each running cluster's control group when /metrics is scraped, as
+// cAdvisor's container_* series are: no reading goes stale between scrapes.
+type usageCollector struct {
+	usage func() map[string]cgroups.Usage // by cluster key
+}
+
+var (
+	memoryDesc = prometheus.NewDesc("socialweb_cluster_memory_bytes",
+		"Memory charged to each running cluster's control group, page cache included.", []string{"cluster"}, nil)
+	limitHitsDesc = prometheus.NewDesc("socialweb_cluster_memory_limit_hits_total",
+		"Times each running cluster's group met its memory limit (the kernel reclaimed, or OOM-killed inside it).", []string{"cluster"}, nil)
+	cpuDesc = prometheus.NewDesc("socialweb_cluster_cpu_seconds_total",
+		"CPU time each running cluster's group used since it was created.", []string{"cluster"}, nil)
+	pidsDesc = prometheus.NewDesc("socialweb_cluster_pids",
+		"Processes and threads in each running cluster's group.", []string{"cluster"}, nil)
+)
+
+func (c usageCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{memoryDesc, limitHitsDesc, cpuDesc, pidsDesc} {
+		ch <- d
+	}
+}
+
+func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
+	for key, u := range c.usage() {
+		ch <- prometheus.MustNewConstMetric(memoryDesc, prometheus.GaugeValue, float64(u.MemoryBytes), key)
+		ch <- prometheus.MustNewConstMetric(limitHitsDesc, prometheus.CounterValue, float64(u.LimitHits), key)
+		ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.CounterValue, u.CPU.Seconds(), key)
+		ch <- prometheus.MustNewConstMetric(pidsDesc, prometheus.GaugeValue, float64(u.Pids), key)
+	}
+}
+
+// collectUsage reports each running cluster's control-group usage, as usage reads it.
+func (m *Metrics) collectUsage(usage func() map[string]cgroups.Usage) {
+	m.Registry.MustRegister(usageCollector{usage})
 }

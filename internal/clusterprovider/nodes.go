@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"socialweb.computer/kcp/internal/atomicfile"
+	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/instancesnapshot"
 	"socialweb.computer/kcp/internal/nodeprovider"
@@ -201,6 +202,15 @@ func (c *Cluster) startNodeGroup(ctx context.Context) error {
 		),
 		Ready:        ready.wait,
 		ReadyTimeout: kwokReadyTimeout,
+	}
+	if c.cgroup != nil {
+		// The node group's own group, below the cluster's: bounded by the cluster's
+		// limits, its usage told apart from the control plane's.
+		nodes := c.p.cfg.Cgroups.Group(c.Name, "nodes")
+		if err := nodes.Create(cgroups.Limits{}); err != nil {
+			return fmt.Errorf("cluster %s: node group: %w", c.Name, err)
+		}
+		step.Spec.Cgroup = nodes
 	}
 	g, err := procgroup.Spawn(ctx, c.p.nodeGroupOptions(s), []procgroup.Step{step})
 	if err != nil {

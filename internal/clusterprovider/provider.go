@@ -6,6 +6,8 @@ package clusterprovider
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/internal/certrenewal"
+	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/logfile"
@@ -66,6 +69,10 @@ type Config struct {
 	// Certificates is how long a leaf is valid and when it is renewed: every start of a
 	// cluster (a bring-up, a wake, a restart) renews the leaves that are due.
 	Certificates certrenewal.Policy
+	// Cgroups, when set, is where each tenant cluster gets its control group (its node
+	// group one below it), with Limits for a cluster whose spec sets none.
+	Cgroups *cgroups.Hierarchy
+	Limits  cgroups.Limits
 }
 
 // FrontDoor is where the front door serves tenants.
@@ -249,6 +256,7 @@ type Cluster struct {
 	admin   kubernetes.Interface
 
 	nodesMu sync.Mutex
+	cgroup  *cgroups.Group   // the cluster's control group; nil when cgroups are off
 	nodes   *procgroup.Group // the node group (kwok), started with the first simulated guest
 
 	exited   chan procgroup.Exit // the first member of either group to exit on its own
@@ -309,11 +317,13 @@ func (p *Provider) Up(ctx context.Context, name string) (*Cluster, error) {
 	return p.UpWith(ctx, name, NodePolicy{MaxNodes: p.cfg.MaxNodes, PodsPerNode: p.cfg.PodsPerNode})
 }
 
-// NodePolicy is one cluster's node quota and pods per node, for its CCM; zero values take
-// the CCM's defaults.
+// NodePolicy is one cluster's own policy: its node quota and pods per node, for its CCM
+// (zero values take the CCM's defaults), and its resource limits (zero fields take the
+// provider's Config.Limits).
 type NodePolicy struct {
 	MaxNodes    int
 	PodsPerNode int
+	Resources   cgroups.Limits
 }
 
 // UpWith is Up with the cluster's own node policy (a Cluster's spec on the front).
@@ -323,7 +333,7 @@ func (p *Provider) UpWith(ctx context.Context, name string, np NodePolicy) (*Clu
 	}
 	s := p.tenantSpec(name)
 	s.MaxNodes, s.PodsPerNode = np.MaxNodes, np.PodsPerNode
-	return p.upSpec(ctx, s)
+	return p.upSpecLimited(ctx, s, np.Resources.Or(p.cfg.Limits))
 }
 
 // tenantSpec is the stack of the tenant cluster name on this provider.
@@ -332,6 +342,18 @@ func (p *Provider) tenantSpec(name string) clusterstack.Spec {
 		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary,
 		NodeResync: p.cfg.NodeResync, BindAddress: p.cfg.APIServerBindAddress, AdvertiseAddress: p.cfg.APIServerAdvertiseAddress,
 	}
+}
+
+// CgroupSubtree names the control-group subtree of the provider whose data root is
+// dataRoot: one per data root, so that two providers on a host (tests, a second instance)
+// never share one, and a provider restarted on the same data root finds its own.
+func CgroupSubtree(dataRoot string) string {
+	abs, err := filepath.Abs(dataRoot)
+	if err != nil {
+		abs = dataRoot
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "socialweb-kcp-" + hex.EncodeToString(sum[:4])
 }
 
 // FrontName is the management API server's cluster name; its DataDir is <data-root>/front,
@@ -364,6 +386,10 @@ func (p *Provider) holderDataDir(holder string) string {
 }
 
 func (p *Provider) upSpec(ctx context.Context, s clusterstack.Spec) (*Cluster, error) {
+	return p.upSpecLimited(ctx, s, p.cfg.Limits)
+}
+
+func (p *Provider) upSpecLimited(ctx context.Context, s clusterstack.Spec, limits cgroups.Limits) (*Cluster, error) {
 	if err := p.checkBinaries(s); err != nil {
 		return nil, err
 	}
@@ -376,7 +402,7 @@ func (p *Provider) upSpec(ctx context.Context, s clusterstack.Spec) (*Cluster, e
 		return nil, err
 	}
 	s.APIServerPort = port
-	c, err := p.up(ctx, s)
+	c, err := p.up(ctx, s, limits)
 	if err != nil {
 		// Spawn reaped whatever it had started; only now may the lease go (invariant 8).
 		if rerr := p.book.Release(port, holder); rerr != nil {
@@ -387,7 +413,7 @@ func (p *Provider) upSpec(ctx context.Context, s clusterstack.Spec) (*Cluster, e
 	return c, nil
 }
 
-func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error) {
+func (p *Provider) up(ctx context.Context, s clusterstack.Spec, limits cgroups.Limits) (*Cluster, error) {
 	name, port := s.Name, s.APIServerPort
 	l := s.Layout()
 	fresh := !exists(l.Root)
@@ -407,10 +433,20 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error
 	}
 	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}),
 		doorNames: doorNames}
-	steps, err := StepsFor(StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter})
+	in := StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter}
+	if p.cfg.Cgroups != nil && !s.Front {
+		// The cluster's group is made, with its limits, before its first process.
+		c.cgroup = p.cfg.Cgroups.Group(name)
+		if err := c.cgroup.Create(limits); err != nil {
+			c.closeLogs()
+			return nil, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		in.Cgroup = c.cgroup
+	}
+	steps, err := StepsFor(in)
 	if err != nil {
 		c.closeLogs()
-		return nil, fmt.Errorf("cluster %s: %w", name, err)
+		return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
 	}
 	// A node group an earlier run left (kwok) goes first: it depends on the control plane.
 	if _, err := procgroup.ReapSurvivors(p.nodeGroupOptions(s)); err != nil {
@@ -421,7 +457,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec) (*Cluster, error
 	if err != nil {
 		c.closeLogs()
 		removeStale(l.KineSocket())
-		return nil, fmt.Errorf("cluster %s: %w", name, err)
+		return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
 	}
 	c.group = g
 	c.watch(g)
@@ -600,6 +636,9 @@ func (c *Cluster) Stop() error {
 		err = nodes.Reap()
 	}
 	err = errors.Join(err, c.group.Reap())
+	if err == nil {
+		err = c.removeCgroup()
+	}
 	c.closeLogs()
 	if rerr := removeStale(c.Spec.Layout().KineSocket()); rerr != nil {
 		err = errors.Join(err, rerr)
@@ -609,6 +648,24 @@ func (c *Cluster) Stop() error {
 		err = c.p.book.Release(c.Port, leaseHolder(c.Spec))
 	}
 	return err
+}
+
+// removeCgroup removes the cluster's control group, its node group's with it, once
+// nothing of the cluster runs; the kernel refuses while a process is left in it.
+func (c *Cluster) removeCgroup() error {
+	if c.cgroup == nil {
+		return nil
+	}
+	return c.cgroup.Remove()
+}
+
+// Usage is what the cluster's control group uses now; false when it has none.
+func (c *Cluster) Usage() (cgroups.Usage, bool) {
+	if c.cgroup == nil {
+		return cgroups.Usage{}, false
+	}
+	u, err := c.cgroup.Usage()
+	return u, err == nil
 }
 
 // whileRunning is ctx, ended too after d or when the cluster stops: an operation on its

@@ -30,7 +30,20 @@ func (p *Provider) LeftoversOf(name string) (leftovers.Leftovers, error) {
 }
 
 func (p *Provider) leftoverScope(dir string, leased func(holder string) bool) leftovers.Scope {
-	return leftovers.Scope{Dir: dir, Programs: p.RequiredBinaries(), Book: p.book.Path(), Ports: p.cfg.Ports, Leased: leased}
+	s := leftovers.Scope{Dir: dir, Programs: p.RequiredBinaries(), Book: p.book.Path(), Ports: p.cfg.Ports, Leased: leased}
+	if h := p.cfg.Cgroups; h != nil {
+		s.Cgroups = h.Groups
+		if dir != p.cfg.DataRoot { // one cluster's: its group alone
+			name := filepath.Base(dir)
+			s.Cgroups = func() ([]string, error) {
+				if h.Group(name).Exists() {
+					return []string{name}, nil
+				}
+				return nil, nil
+			}
+		}
+	}
+	return s
 }
 
 // Kill sends SIGKILL to the process group of every process Leftovers finds: a forced stop
@@ -65,6 +78,12 @@ func (p *Provider) ReapLeftovers() error {
 			err = errors.Join(err, p.book.Release(ls.Port, ls.Holder))
 		}
 	}
+	if h := p.cfg.Cgroups; h != nil && err == nil {
+		// The provider's subtree goes too once no cluster's group is left in it.
+		if groups, gerr := h.Groups(); gerr == nil && len(groups) == 0 {
+			err = h.Group().Remove()
+		}
+	}
 	return err
 }
 
@@ -79,6 +98,16 @@ func (p *Provider) reapSurvivors(s clusterstack.Spec) error {
 	_, gerr := procgroup.ReapSurvivors(p.groupOptions(s))
 	if err := errors.Join(nerr, gerr); err != nil {
 		return fmt.Errorf("cluster %s: %w", s.Name, err)
+	}
+	// The control group an earlier run made goes with its processes. One that still holds
+	// a process is a running cluster's (this run's): it stays.
+	if p.cfg.Cgroups != nil && !s.Front {
+		g := p.cfg.Cgroups.Group(s.Name)
+		if procs, err := g.Procs(); err == nil && len(procs) == 0 {
+			if err := g.Remove(); err != nil {
+				return fmt.Errorf("cluster %s: %w", s.Name, err)
+			}
+		}
 	}
 	return nil
 }

@@ -35,6 +35,8 @@ type StepInput struct {
 	Admin    kubernetes.Interface // the provider's own client of the tenant apiserver
 	// Output receives every component's prefixed log lines (the component log files).
 	Output func(c procgroup.Component) io.Writer
+	// Cgroup, when set, receives every process of the group (the cluster's control group).
+	Cgroup processrunner.Placer
 }
 
 // StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
@@ -53,7 +55,9 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		if err != nil {
 			return processrunner.Spec{}, err
 		}
-		return componentSpec(s, c, argv, out(c)), nil
+		sp := componentSpec(s, c, argv, out(c))
+		sp.Cgroup = in.Cgroup
+		return sp, nil
 	}
 	var steps []procgroup.Step
 	if !s.Front {

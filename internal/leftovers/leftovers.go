@@ -14,14 +14,17 @@ import (
 	"socialweb.computer/kcp/internal/processrunner"
 )
 
-// Leftovers is what still runs or is still leased.
+// Leftovers is what still runs, is still leased, or still has a control group.
 type Leftovers struct {
 	Processes []processrunner.Identity
 	Leases    []portallocator.Lease
+	Cgroups   []string
 }
 
 // None reports whether nothing is left.
-func (l Leftovers) None() bool { return len(l.Processes) == 0 && len(l.Leases) == 0 }
+func (l Leftovers) None() bool {
+	return len(l.Processes) == 0 && len(l.Leases) == 0 && len(l.Cgroups) == 0
+}
 
 // String names each leftover so that an operator can act on it: by pid and argv, by port
 // and holder.
@@ -33,6 +36,9 @@ func (l Leftovers) String() string {
 	for _, ls := range l.Leases {
 		parts = append(parts, fmt.Sprintf("port %d leased to %s", ls.Port, ls.Holder))
 	}
+	for _, g := range l.Cgroups {
+		parts = append(parts, fmt.Sprintf("control group of cluster %s", g))
+	}
 	return strings.Join(parts, "; ")
 }
 
@@ -43,6 +49,8 @@ type Scope struct {
 	Book     string   // the lease book's file
 	Ports    portallocator.Range
 	Leased   func(holder string) bool // which leases count
+	// Cgroups, when set, lists the control groups left in scope.
+	Cgroups func() ([]string, error)
 }
 
 // Find reads the process table and the lease book.
@@ -57,6 +65,11 @@ func Find(s Scope) (Leftovers, error) {
 		return Leftovers{}, err
 	}
 	out := Leftovers{Processes: ids}
+	if s.Cgroups != nil {
+		if out.Cgroups, err = s.Cgroups(); err != nil {
+			return Leftovers{}, fmt.Errorf("control groups: %w", err)
+		}
+	}
 	for _, ls := range book.Leases() {
 		if s.Leased(ls.Holder) {
 			out.Leases = append(out.Leases, ls)

@@ -33,6 +33,14 @@ type Spec struct {
 	// StopSignal is sent to the process itself (not its group) to ask it to stop;
 	// zero means SIGTERM. Postgres wants SIGINT (fast shutdown).
 	StopSignal syscall.Signal
+	// Cgroup, when set, receives the process (and whatever it forked) as soon as it has
+	// started, before the caller hears of it: the tenant's control group.
+	Cgroup Placer
+}
+
+// Placer puts a started process, and its process group, into a control group.
+type Placer interface {
+	Place(pid int) error
 }
 
 // TailLines is how many of the last output lines a Process keeps.
@@ -81,6 +89,15 @@ func Start(spec Spec) (*Process, error) {
 		return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
 	}
 	pw.Close()
+	if spec.Cgroup != nil {
+		if err := spec.Cgroup.Place(cmd.Process.Pid); err != nil {
+			// Nothing runs outside the group it was meant for: the process goes.
+			killGroup(cmd.Process.Pid)
+			cmd.Wait()
+			pr.Close()
+			return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
+		}
+	}
 	copied := make(chan struct{})
 	go func() { p.copy(pr); close(copied) }()
 	go func() {
