@@ -1,6 +1,7 @@
-// Command isolation measures what a cluster's control group costs its bring-up: Up to
-// Ready of a fresh cluster and of its restart, with cgroups and without, interleaved in
-// one run (this host is noisy: figures of two runs do not compare). Median of -runs.
+// Command isolation measures what a cluster's control group and OS user cost its
+// bring-up: Up to Ready of a fresh cluster and of its restart, with neither, with a
+// control group, with both, interleaved in one run (this host is noisy: figures of two
+// runs do not compare). Median of -runs.
 //
 //	go run ./bench/isolation -runs 5
 package main
@@ -25,18 +26,19 @@ func main() {
 	flag.Parse()
 	binDir, _ := filepath.Abs(*bin)
 
-	modes := []string{"without cgroups", "with cgroups"}
+	modes := []string{"neither", "cgroup", "cgroup and user"}
 	providers := make([]*clusterprovider.Provider, len(modes))
 	for i := range modes {
 		root, remove := measure.DataRoot()
 		defer remove()
 		cfg := clusterprovider.Config{DataRoot: root, BinDir: binDir, Ports: portallocator.Range{First: 32000 + 100*i, Last: 32099 + 100*i}}
-		if i == 1 {
+		if i >= 1 {
 			h, err := cgroups.Detect(cgroups.Mount, clusterprovider.CgroupSubtree(root))
 			measure.Check(err)
 			cfg.Cgroups, cfg.Limits = h, cgroups.Limits{MemoryBytes: 1 << 30, MilliCPU: 1000, Pids: 4000}
 			defer h.Group().Remove()
 		}
+		cfg.TenantUsers = i == 2
 		p, err := clusterprovider.New(cfg)
 		measure.Check(err)
 		providers[i] = p
@@ -63,4 +65,5 @@ func main() {
 	for i, m := range modes {
 		fmt.Printf("%-18s %12.2f %12.2f\n", m, measure.Median(fresh[i]), measure.Median(restart[i]))
 	}
+	fmt.Println("(fresh: a new DataDir, initdb included, and with users the useradd; restart: the same cluster again, its data kept)")
 }

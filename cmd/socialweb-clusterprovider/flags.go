@@ -23,7 +23,7 @@ type providerFlags struct {
 	bindAddress, advertiseAddress      string
 	verbose                            bool
 	certs                              certrenewal.Policy
-	cgroups                            bool
+	cgroups, tenantUsers               bool
 	memory, cpu                        string
 	pids                               int64
 }
@@ -47,6 +47,7 @@ func addProviderFlags(fs *pflag.FlagSet) *providerFlags {
 	fs.DurationVar(&f.certs.Validity, "cert-validity", certrenewal.DefaultValidity, "how long a leaf certificate minted from now on is valid (CAs: ten years)")
 	fs.Float64Var(&f.certs.Share, "cert-renew-share", certrenewal.DefaultShare, "renew a leaf certificate when less than this share of its validity is left, at the cluster's next start")
 	fs.BoolVar(&f.cgroups, "cgroups", true, "run each tenant cluster in a control group of its own, below the provider's (cgroup v1 or v2), with its limits")
+	fs.BoolVar(&f.tenantUsers, "tenant-users", true, "run every process of a tenant cluster as an OS user of its own (swk-<hash>), made at its first start and removed with it")
 	fs.StringVar(&f.memory, "cluster-memory", "", "each cluster's memory limit, page cache included, unless its spec.resources sets one (a quantity such as 1Gi; default none)")
 	fs.StringVar(&f.cpu, "cluster-cpu", "", "each cluster's CPU limit unless its spec.resources sets one (a quantity such as 500m or 2; default none)")
 	fs.Int64Var(&f.pids, "cluster-pids", 0, "each cluster's limit on processes and threads unless its spec.resources sets one (default none)")
@@ -81,6 +82,7 @@ func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error)
 		return clusterprovider.Config{}, fmt.Errorf("--cluster-pids %d: want 64 or more, or 0 for no limit", f.pids)
 	}
 	cfg.Limits.Pids = f.pids
+	cfg.TenantUsers = f.tenantUsers
 	if f.cgroups {
 		if cfg.Cgroups, err = cgroups.Detect(cgroups.Mount, clusterprovider.CgroupSubtree(f.dataRoot)); err != nil {
 			return clusterprovider.Config{}, fmt.Errorf("--cgroups: %w", err)

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // WriteFile writes data to path with mode perm: a temp file in the same directory, fsync,
-// chmod, rename over path, then fsync of the directory so the rename survives a crash.
+// chmod, rename over path, then fsync of the directory so the rename survives a crash. A
+// file it replaces keeps its owner (when we may give it: as root): a key or a snapshot a
+// tenant's user reads stays readable by it when the provider rewrites it.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
@@ -24,6 +27,9 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Chmod(perm); err != nil {
+		return fail(err)
+	}
+	if err := keepOwner(tmp, path); err != nil {
 		return fail(err)
 	}
 	if _, err := tmp.Write(data); err != nil {
@@ -49,4 +55,17 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: sync dir: %w", path, err)
 	}
 	return nil
+}
+
+// keepOwner gives tmp the owner of the file at path, if there is one and it is not ours.
+func keepOwner(tmp *os.File, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || os.Geteuid() != 0 {
+		return nil // a new file, or one we could not give away anyway
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) == os.Geteuid() && int(st.Gid) == os.Getegid() {
+		return nil
+	}
+	return tmp.Chown(int(st.Uid), int(st.Gid))
 }

@@ -3,6 +3,7 @@ package atomicfile
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -33,5 +34,26 @@ func TestWriteFileFailsLoudly(t *testing.T) {
 	err := WriteFile(filepath.Join(t.TempDir(), "missing", "x"), []byte("x"), 0o600)
 	if err == nil {
 		t.Fatal("write into a missing directory succeeded")
+	}
+}
+
+// A rewrite keeps the owner of the file it replaces: a tenant's user still reads it.
+func TestARewriteKeepsTheOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a file away needs root")
+	}
+	path := filepath.Join(t.TempDir(), "nodes.json")
+	if err := WriteFile(path, []byte("[]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, 4242, 4343); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, []byte("[1]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(path)
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 4242 || st.Gid != 4343 {
+		t.Errorf("owner %d:%d after a rewrite, want 4242:4343", st.Uid, st.Gid)
 	}
 }

@@ -643,7 +643,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		}
 		return nil
 	case materialiser.OpRemoveDataDir:
-		return os.RemoveAll(l.P.DataDir(cl.Name))
+		return l.P.RemoveDataDir(cl.Name)
 	case materialiser.OpDeleteKubeconfig:
 		err := l.Core.CoreV1().Secrets(cl.Namespace).Delete(ctx, kubeconfigSecret(cl.Name), metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {

@@ -197,12 +197,16 @@ func (c *Cluster) startNodeGroup(ctx context.Context) error {
 		Prepare: all(
 			bootstrapKwokRBAC(c.admin),
 			func(context.Context) error {
-				return atomicfile.WriteFile(s.Layout().KwokConfig(), nodeprovider.KwokConfig(), 0o600)
+				if err := atomicfile.WriteFile(s.Layout().KwokConfig(), nodeprovider.KwokConfig(), 0o600); err != nil {
+					return err
+				}
+				return c.as.own(s)
 			},
 		),
 		Ready:        ready.wait,
 		ReadyTimeout: kwokReadyTimeout,
 	}
+	step.Spec.User = c.as.components()
 	if c.cgroup != nil {
 		// The node group's own group, below the cluster's: bounded by the cluster's
 		// limits, its usage told apart from the control plane's.

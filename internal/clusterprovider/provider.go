@@ -30,8 +30,8 @@ import (
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/logfile"
 	"socialweb.computer/kcp/internal/portallocator"
-	"socialweb.computer/kcp/internal/processrunner"
 	"socialweb.computer/kcp/internal/procgroup"
+	"socialweb.computer/kcp/internal/tenantuser"
 )
 
 // Config is the provider's configuration.
@@ -73,6 +73,9 @@ type Config struct {
 	// group one below it), with Limits for a cluster whose spec sets none.
 	Cgroups *cgroups.Hierarchy
 	Limits  cgroups.Limits
+	// TenantUsers runs every process of a tenant cluster as an OS user of its own
+	// (internal/tenantuser), made at its first start and removed with its DataDir.
+	TenantUsers bool
 }
 
 // FrontDoor is where the front door serves tenants.
@@ -257,6 +260,7 @@ type Cluster struct {
 
 	nodesMu sync.Mutex
 	cgroup  *cgroups.Group   // the cluster's control group; nil when cgroups are off
+	as      runAs            // who its processes run as
 	nodes   *procgroup.Group // the node group (kwok), started with the first simulated guest
 
 	exited   chan procgroup.Exit // the first member of either group to exit on its own
@@ -416,8 +420,12 @@ func (p *Provider) upSpecLimited(ctx context.Context, s clusterstack.Spec, limit
 func (p *Provider) up(ctx context.Context, s clusterstack.Spec, limits cgroups.Limits) (*Cluster, error) {
 	name, port := s.Name, s.APIServerPort
 	l := s.Layout()
+	as, err := p.runAs(s)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
 	fresh := !exists(l.Root)
-	if err := p.makeDataDir(s); err != nil {
+	if err := p.makeDataDir(s, as); err != nil {
 		if fresh {
 			os.RemoveAll(l.Root)
 		}
@@ -427,13 +435,16 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, limits cgroups.L
 	if err != nil {
 		return nil, err
 	}
+	if err := as.own(s); err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
 	admin, err := adminClient(l.AdminKubeconfig())
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
 	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}),
-		doorNames: doorNames}
-	in := StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter}
+		doorNames: doorNames, as: as}
+	in := StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter, As: as}
 	if p.cfg.Cgroups != nil && !s.Front {
 		// The cluster's group is made, with its limits, before its first process.
 		c.cgroup = p.cfg.Cgroups.Group(name)
@@ -515,8 +526,12 @@ func (p *Provider) Mint(name string) (Minted, error) {
 	}
 	s := p.tenantSpec(name)
 	l := s.Layout()
+	as, err := p.runAs(s)
+	if err != nil {
+		return Minted{}, fmt.Errorf("cluster %s: %w", name, err)
+	}
 	fresh := !exists(l.Root)
-	if err := p.makeDataDir(s); err != nil {
+	if err := p.makeDataDir(s, as); err != nil {
 		if fresh {
 			os.RemoveAll(l.Root)
 		}
@@ -556,10 +571,26 @@ func (p *Provider) groupOptions(s clusterstack.Spec) procgroup.Options {
 	return o
 }
 
-// makeDataDir lays out the DataDir: 0710 with group postgres, so the postgres user can
-// reach its own 0700 subdirectory and nothing else; every file in it is 0600.
-func (p *Provider) makeDataDir(s clusterstack.Spec) error {
-	_, gid, err := processrunner.LookupUser(clusterstack.PostgresUser)
+// runAs is who s's processes run as: with tenant users, its own user, made now if it is
+// not yet (the front's processes stay the provider's).
+func (p *Provider) runAs(s clusterstack.Spec) (runAs, error) {
+	if !p.cfg.TenantUsers || s.Front {
+		return runAs{}, nil
+	}
+	u, err := tenantuser.Ensure(tenantuser.Name(s.DataDir), "socialweb-kcp cluster "+s.Name)
+	if err != nil {
+		return runAs{}, err
+	}
+	return runAs{user: &u}, nil
+}
+
+// makeDataDir lays out the DataDir: 0710 with the group of the user Postgres runs as,
+// which may traverse it and nothing more; every file in it is 0600. With tenant users
+// that is the cluster's user, and it may also traverse pki/ (0710) to the files it owns,
+// add kine's socket to run/ (1730: sticky, so it can neither list nor remove the
+// provider's records), and write its audit log in audit/, its own.
+func (p *Provider) makeDataDir(s clusterstack.Spec, as runAs) error {
+	gid, err := as.group()
 	if err != nil {
 		return err
 	}
@@ -567,7 +598,20 @@ func (p *Provider) makeDataDir(s clusterstack.Spec) error {
 	if err := ensureDir(l.Root, 0o710, gid); err != nil {
 		return err
 	}
-	for _, d := range []string{l.PKIDir(), l.RunDir(), l.NodeRunDir(), l.LogDir()} {
+	pki, run, group, user := os.FileMode(0o700), os.FileMode(0o700), -1, -1
+	if as.user != nil {
+		pki, run, group, user = 0o710, 0o730|os.ModeSticky, gid, as.user.UID
+	}
+	if err := ensureDir(l.PKIDir(), pki, group); err != nil {
+		return err
+	}
+	if err := ensureDir(l.RunDir(), run, group); err != nil {
+		return err
+	}
+	if err := ensureDirOwned(l.AuditDir(), 0o700, user, group); err != nil {
+		return err
+	}
+	for _, d := range []string{l.NodeRunDir(), l.LogDir()} {
 		if err := ensureDir(d, 0o700, -1); err != nil {
 			return err
 		}
@@ -581,13 +625,22 @@ func (p *Provider) makeDataDir(s clusterstack.Spec) error {
 }
 
 func ensureDir(path string, mode os.FileMode, gid int) error {
-	if err := os.MkdirAll(path, mode); err != nil {
+	return ensureDirOwned(path, mode, -1, gid)
+}
+
+// ensureDirOwned is ensureDir with an owner too (-1: ours, root).
+func ensureDirOwned(path string, mode os.FileMode, uid, gid int) error {
+	if err := os.MkdirAll(path, mode.Perm()); err != nil {
 		return err
 	}
-	if gid >= 0 {
-		if err := os.Chown(path, os.Getuid(), gid); err != nil {
-			return err
-		}
+	if uid < 0 {
+		uid = os.Getuid()
+	}
+	if gid < 0 {
+		gid = os.Getgid()
+	}
+	if err := os.Chown(path, uid, gid); err != nil {
+		return err
 	}
 	return os.Chmod(path, mode) // MkdirAll is subject to the umask and leaves existing modes
 }
@@ -688,7 +741,20 @@ func (c *Cluster) Destroy() error {
 	if err := c.Stop(); err != nil {
 		return err
 	}
-	return os.RemoveAll(c.DataDir)
+	return c.p.RemoveDataDir(c.Name)
+}
+
+// RemoveDataDir removes cluster name's DataDir, and its OS user with it (tenant users):
+// the last of a deleted cluster. Nothing of it may run (the caller reaped it).
+func (p *Provider) RemoveDataDir(name string) error {
+	dir := p.DataDir(name)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if p.cfg.TenantUsers {
+		return tenantuser.Remove(tenantuser.Name(dir))
+	}
+	return nil
 }
 
 func adminClient(path string) (kubernetes.Interface, error) {

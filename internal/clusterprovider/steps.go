@@ -37,6 +37,8 @@ type StepInput struct {
 	Output func(c procgroup.Component) io.Writer
 	// Cgroup, when set, receives every process of the group (the cluster's control group).
 	Cgroup processrunner.Placer
+	// As is who the processes run as (the cluster's own user, with tenant users).
+	As runAs
 }
 
 // StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
@@ -56,12 +58,12 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 			return processrunner.Spec{}, err
 		}
 		sp := componentSpec(s, c, argv, out(c))
-		sp.Cgroup = in.Cgroup
+		sp.Cgroup, sp.User = in.Cgroup, in.As.components()
 		return sp, nil
 	}
 	var steps []procgroup.Step
 	if !s.Front {
-		pgStep, err := postgresStep(s, spec, out)
+		pgStep, err := postgresStep(s, in.As, spec, out)
 		if err != nil {
 			return nil, err
 		}
@@ -102,7 +104,10 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 				// Written at every start, so a DataDir older than the audit log, or than
 				// the policy's last change, runs with today's.
 				step.Prepare = func(context.Context) error {
-					return atomicfile.WriteFile(l.AuditPolicy(), []byte(auditlog.Policy), 0o600)
+					if err := atomicfile.WriteFile(l.AuditPolicy(), []byte(auditlog.Policy), 0o600); err != nil {
+						return err
+					}
+					return in.As.own(s)
 				}
 			}
 			step.ReadyTimeout = apiserverReady
@@ -138,6 +143,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		Prepare: all(
 			bootstrapCCMRBAC(in.Admin),
 			func(context.Context) error { return ensureSnapshot(s) },
+			func(context.Context) error { return in.As.own(s) },
 		),
 		Ready:        ready.wait,
 		ReadyTimeout: ccmReady,
@@ -154,19 +160,21 @@ func validateSteps(steps []procgroup.Step) error {
 
 // postgresStep is the tenant's datastore: initdb on first start, then Postgres as the
 // postgres user, ready once kine's role and database exist.
-func postgresStep(s clusterstack.Spec, spec func(procgroup.Component) (processrunner.Spec, error), out func(procgroup.Component) io.Writer) (procgroup.Step, error) {
+func postgresStep(s clusterstack.Spec, as runAs, spec func(procgroup.Component) (processrunner.Spec, error), out func(procgroup.Component) io.Writer) (procgroup.Step, error) {
 	l := s.Layout()
 	pg, err := spec(procgroup.ComponentPostgres)
 	if err != nil {
 		return procgroup.Step{}, err
 	}
-	pg.User = clusterstack.PostgresUser
+	pg.User = as.postgres()
 	pg.Dir = l.PostgresDir()
 	pg.StopSignal = syscall.SIGINT // fast shutdown; SIGTERM waits for clients to leave
 	return procgroup.Step{
-		Name:    procgroup.ComponentPostgres,
-		Spec:    pg,
-		Prepare: func(ctx context.Context) error { return initdb(ctx, s, out(procgroup.ComponentPostgres)) },
+		Name: procgroup.ComponentPostgres,
+		Spec: pg,
+		Prepare: func(ctx context.Context) error {
+			return initdb(ctx, s, as.postgres(), out(procgroup.ComponentPostgres))
+		},
 		Ready: all(
 			waitDial("unix", l.PostgresSocket()),
 			func(ctx context.Context) error {
@@ -186,11 +194,11 @@ func componentSpec(s clusterstack.Spec, c procgroup.Component, argv []string, ou
 }
 
 // initdb creates the Postgres data directory on first start; an existing one is kept (the
-// tenant's data). initdb runs as the postgres user and reads the superuser password from a
-// copy only it can read, removed right after.
-func initdb(ctx context.Context, s clusterstack.Spec, out io.Writer) error {
+// tenant's data). initdb runs as the user Postgres runs as (as), and reads the superuser
+// password from a copy only that user can read, removed right after.
+func initdb(ctx context.Context, s clusterstack.Spec, as string, out io.Writer) error {
 	l := s.Layout()
-	uid, gid, err := processrunner.LookupUser(clusterstack.PostgresUser)
+	uid, gid, err := processrunner.LookupUser(as)
 	if err != nil {
 		return err
 	}
@@ -198,9 +206,11 @@ func initdb(ctx context.Context, s clusterstack.Spec, out io.Writer) error {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
-		if err := os.Chown(d, uid, gid); err != nil {
-			return err
-		}
+	}
+	// Everything under it is that user's: a DataDir Postgres ran in as another user
+	// (before tenant users) passes whole to this one.
+	if err := ownTree(l.PostgresDir(), uid, gid); err != nil {
+		return err
 	}
 	if _, err := os.Stat(l.PostgresData() + "/PG_VERSION"); err == nil {
 		return nil
@@ -220,7 +230,7 @@ func initdb(ctx context.Context, s clusterstack.Spec, out io.Writer) error {
 	}
 	err = processrunner.Run(ctx, processrunner.Spec{
 		Argv: s.InitdbArgv(), Dir: l.PostgresDir(), Prefix: "initdb", Output: out,
-		User: clusterstack.PostgresUser, Env: []string{"LC_ALL=C"},
+		User: as, Env: []string{"LC_ALL=C"},
 	})
 	if err != nil {
 		return fmt.Errorf("initdb: %w", err)

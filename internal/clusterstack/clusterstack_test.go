@@ -303,7 +303,7 @@ func TestTheBindAndAdvertiseAddresses(t *testing.T) {
 func TestOnlyTenantApiserversAudit(t *testing.T) {
 	s := Spec{Name: "demo", DataDir: "/data/demo", BinDir: "/bin", APIServerPort: 30001}
 	argv := s.APIServerArgv()
-	for _, want := range []string{"--audit-policy-file=/data/demo/audit-policy.yaml", "--audit-log-path=/data/demo/logs/audit.log", "--audit-log-maxsize=10", "--audit-log-maxbackup=2"} {
+	for _, want := range []string{"--audit-policy-file=/data/demo/audit-policy.yaml", "--audit-log-path=/data/demo/audit/audit.log", "--audit-log-maxsize=10", "--audit-log-maxbackup=2"} {
 		if !slices.Contains(argv, want) {
 			t.Errorf("tenant apiserver argv lacks %s", want)
 		}
@@ -311,5 +311,24 @@ func TestOnlyTenantApiserversAudit(t *testing.T) {
 	s.Front = true
 	if slices.ContainsFunc(s.APIServerArgv(), func(a string) bool { return strings.HasPrefix(a, "--audit-") }) {
 		t.Error("the front's apiserver audits")
+	}
+}
+
+// A tenant's components read only ComponentFiles and write only under ComponentDirs (and
+// kine's socket): every path of theirs is one of those, so that the cluster's user owns
+// exactly what its components need, and a new flag naming another file fails here first.
+func TestComponentsReachOnlyTheirOwnFiles(t *testing.T) {
+	s := spec()
+	l := s.Layout()
+	for name, argv := range commandLines(t, s) {
+		if strings.HasPrefix(name, "initdb") {
+			continue // initdb reads its password copy, under PostgresDir
+		}
+		for _, p := range absolutePaths(argv) {
+			under := slices.ContainsFunc(l.ComponentDirs(), func(d string) bool { return strings.HasPrefix(p, d+"/") || p == d })
+			if !strings.HasPrefix(p, s.BinDir+"/") && !slices.Contains(l.ComponentFiles(), p) && !under && p != l.KineSocket() && p != s.DataDir {
+				t.Errorf("%s reaches %s: not a component file, nor under a component directory", name, p)
+			}
+		}
 	}
 }

@@ -77,6 +77,27 @@ func (l Layout) NodesFile() string { return l.path("nodes.json") }
 func (l Layout) Log(component string) string { return l.path("logs", component+".log") }
 
 // AuditPolicy is the tenant apiserver's audit policy (auditlog.Policy), and AuditLog the
-// log it writes, rotated by the apiserver itself.
+// log it writes, rotated by the apiserver itself, in a directory of its own: the
+// apiserver writes there as the cluster's user, while logs/ is the provider's.
 func (l Layout) AuditPolicy() string { return l.path("audit-policy.yaml") }
-func (l Layout) AuditLog() string    { return l.path("logs", "audit.log") }
+func (l Layout) AuditDir() string    { return l.path("audit") }
+func (l Layout) AuditLog() string    { return l.path("audit", "audit.log") }
+
+// ComponentFiles are the files a tenant's components read: with tenant users, owned by
+// the cluster's user (mode 0600), each component reading only these. Every other file of
+// the DataDir (the admin and tenant kubeconfigs, the identity, the superuser password,
+// the front-proxy CA's key, the process records, the component logs) is the provider's.
+func (l Layout) ComponentFiles() []string {
+	return []string{
+		l.KinePGPass(), l.EncryptionConfig(), l.CACert(), l.CAKey(), l.APIServerCert(), l.APIServerKey(),
+		l.FrontProxyCACert(), l.FrontProxyClientCert(), l.FrontProxyClientKey(), l.ServiceAccountKey(), l.ServiceAccountPub(),
+		l.KubeletClientCert(), l.KubeletClientKey(), l.AuditPolicy(),
+		l.ControllerManagerKubeconfig(), l.SchedulerKubeconfig(), l.CloudControllerManagerKubeconfig(), l.NodesFile(),
+		l.KwokKubeconfig(), l.KwokConfig(),
+	}
+}
+
+// ComponentDirs are the directories a tenant's components write in, owned by the
+// cluster's user (0700): Postgres' data and socket, the apiserver's audit log. kine's
+// socket is made in run/, which the user may add to but neither list nor clear.
+func (l Layout) ComponentDirs() []string { return []string{l.PostgresDir(), l.AuditDir()} }

@@ -76,6 +76,18 @@ func Start(spec Spec) (*Process, error) {
 			return nil, err
 		}
 		cmd.SysProcAttr.Credential = cred
+		// The binary is opened here, as root, and executed through its descriptor
+		// (fexecve's way): the user needs the right to execute the file, not to search
+		// every directory above it, so a bin dir in a 0700 checkout serves every tenant's
+		// user without opening that checkout to them. argv[0] stays the path, for ps and
+		// the backstop.
+		bin, err := os.Open(spec.Argv[0])
+		if err != nil {
+			return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
+		}
+		defer bin.Close()
+		cmd.ExtraFiles = []*os.File{bin}
+		cmd.Path = "/proc/self/fd/3"
 	}
 	p := &Process{spec: spec, cmd: cmd, exited: make(chan struct{})}
 	pr, pw, err := os.Pipe()
@@ -219,7 +231,8 @@ func credentialFor(name string) (*syscall.Credential, error) {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+	// No supplementary groups: root's (group 0 among them) are not inherited.
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
 // LookupUser returns the uid and gid of an OS user, for preparing directories it will own.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/user"
 	"slices"
 	"strings"
@@ -108,6 +109,23 @@ func TestRunsAsAnotherUser(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out.String()); got != "[id] "+u.Uid {
 		t.Fatalf("id -u = %q, want %s", got, u.Uid)
+	}
+	// With no supplementary group of root's, and from a binary in a directory the user
+	// may not search (as a 0700 checkout's bin/): it is executed through a descriptor.
+	dir := t.TempDir() // 0700 root
+	b, err := os.ReadFile("/usr/bin/id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/id", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var groups syncBuffer
+	if err := Run(context.Background(), Spec{Argv: []string{dir + "/id", "-G"}, User: "postgres", Prefix: "id", Output: &groups}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(groups.String()); got != "[id] "+u.Gid {
+		t.Errorf("id -G = %q, want only the user's own group %s", got, u.Gid)
 	}
 }
 
