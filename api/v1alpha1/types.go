@@ -82,6 +82,9 @@ type ClusterResources struct {
 	Memory string `json:"memory,omitempty"` // such as 1Gi: page cache included
 	CPU    string `json:"cpu,omitempty"`    // such as 500m: CPU time per period
 	Pids   int64  `json:"pids,omitempty"`   // processes and threads
+	// Objects caps the objects the cluster stores (events and leases aside): at the cap
+	// the tenant's creates are refused, with a message that says so, until it deletes.
+	Objects int64 `json:"objects,omitempty"`
 }
 
 // ClusterStatus is what the provider reports, through the status subresource.

@@ -25,7 +25,7 @@ type providerFlags struct {
 	certs                              certrenewal.Policy
 	cgroups, tenantUsers               bool
 	memory, cpu                        string
-	pids                               int64
+	pids, objects                      int64
 }
 
 // postgresBinDir is where initdb and postgres are (Debian's postgresql-15 package); a
@@ -51,6 +51,7 @@ func addProviderFlags(fs *pflag.FlagSet) *providerFlags {
 	fs.StringVar(&f.memory, "cluster-memory", "", "each cluster's memory limit, page cache included, unless its spec.resources sets one (a quantity such as 1Gi; default none)")
 	fs.StringVar(&f.cpu, "cluster-cpu", "", "each cluster's CPU limit unless its spec.resources sets one (a quantity such as 500m or 2; default none)")
 	fs.Int64Var(&f.pids, "cluster-pids", 0, "each cluster's limit on processes and threads unless its spec.resources sets one (default none)")
+	fs.Int64Var(&f.objects, "cluster-objects", 0, "cap the objects each cluster stores unless its spec.resources sets a cap: at the cap the tenant's creates are refused until it deletes (default none)")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "copy every component's log to stderr")
 	return f
 }
@@ -83,6 +84,10 @@ func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error)
 	}
 	cfg.Limits.Pids = f.pids
 	cfg.TenantUsers = f.tenantUsers
+	if f.objects < 0 {
+		return clusterprovider.Config{}, fmt.Errorf("--cluster-objects %d: want a number of objects, or 0 for no cap", f.objects)
+	}
+	cfg.Objects = f.objects
 	if f.cgroups {
 		if cfg.Cgroups, err = cgroups.Detect(cgroups.Mount, clusterprovider.CgroupSubtree(f.dataRoot)); err != nil {
 			return clusterprovider.Config{}, fmt.Errorf("--cgroups: %w", err)

@@ -83,6 +83,7 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.Logger = log
 	// The front door's address is bound before anything changes on disk or starts: a
 	// port that cannot be had stops serve here, with nothing to undo.
 	doorLn, err := o.listenFrontDoor()

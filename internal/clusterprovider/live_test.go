@@ -88,10 +88,16 @@ func liveProvider(t *testing.T, opts ...func(*Config)) (*Provider, *events) {
 
 func up(t *testing.T, p *Provider, name string) *Cluster {
 	t.Helper()
+	return upWith(t, p, name, NodePolicy{MaxNodes: p.cfg.MaxNodes, PodsPerNode: p.cfg.PodsPerNode})
+}
+
+// upWith is up with the cluster's own policy (its limits, its object cap).
+func upWith(t *testing.T, p *Provider, name string, np NodePolicy) *Cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	c, err := p.Up(ctx, name)
+	c, err := p.UpWith(ctx, name, np)
 	if err != nil {
 		t.Fatalf("Up(%s): %v", name, err)
 	}

@@ -161,7 +161,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	if l.Metrics == nil {
 		l.Metrics = NewMetrics()
 	}
-	l.Metrics.collectUsage(l.usage)
+	l.Metrics.collectUsage(l.usage, l.objects)
 	l.slots = make(chan struct{}, l.MaxBringUps)
 	l.mu.Lock() // Address may already be asked (the front door serves beside the loop)
 	l.state, l.changed = map[string]*runState{}, make(chan struct{})
@@ -908,20 +908,36 @@ func PolicyOf(spec v1alpha1.ClusterSpec) NodePolicy {
 		np.Resources.MemoryBytes, _ = cgroups.ParseMemory(r.Memory)
 		np.Resources.MilliCPU, _ = cgroups.ParseCPU(r.CPU)
 		np.Resources.Pids = r.Pids
+		np.Objects = r.Objects
 	}
 	return np
 }
 
-// usage is each running cluster's control-group usage, by key (none without cgroups).
-func (l *Loop) usage() map[string]cgroups.Usage {
+// runningClusters is each running cluster, by key.
+func (l *Loop) runningClusters() map[string]*Cluster {
 	l.mu.Lock()
-	running := map[string]*Cluster{}
+	defer l.mu.Unlock()
+	out := map[string]*Cluster{}
 	for key, st := range l.state {
 		if st.cluster != nil {
-			running[key] = st.cluster
+			out[key] = st.cluster
 		}
 	}
-	l.mu.Unlock()
+	return out
+}
+
+// objects is each running cluster's stored objects at its last count, by key.
+func (l *Loop) objects() map[string]int64 {
+	out := map[string]int64{}
+	for key, c := range l.runningClusters() {
+		out[key] = c.Objects()
+	}
+	return out
+}
+
+// usage is each running cluster's control-group usage, by key (none without cgroups).
+func (l *Loop) usage() map[string]cgroups.Usage {
+	running := l.runningClusters()
 	out := map[string]cgroups.Usage{}
 	for key, c := range running {
 		if u, ok := c.Usage(); ok {

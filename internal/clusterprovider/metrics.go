@@ -107,7 +107,8 @@ func (m *Metrics) setCertificates(key, dataDir string) error {
 // usageCollector reads each running cluster's control group when /metrics is scraped, as
 // cAdvisor's container_* series are: no reading goes stale between scrapes.
 type usageCollector struct {
-	usage func() map[string]cgroups.Usage // by cluster key
+	usage   func() map[string]cgroups.Usage // by cluster key
+	objects func() map[string]int64
 }
 
 var (
@@ -119,10 +120,12 @@ var (
 		"CPU time each running cluster's group used since it was created.", []string{"cluster"}, nil)
 	pidsDesc = prometheus.NewDesc("socialweb_cluster_pids",
 		"Processes and threads in each running cluster's group.", []string{"cluster"}, nil)
+	objectsDesc = prometheus.NewDesc("socialweb_cluster_objects",
+		"Objects each running cluster stores (events and leases aside), at its last count against its cap.", []string{"cluster"}, nil)
 )
 
 func (c usageCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{memoryDesc, limitHitsDesc, cpuDesc, pidsDesc} {
+	for _, d := range []*prometheus.Desc{memoryDesc, limitHitsDesc, cpuDesc, pidsDesc, objectsDesc} {
 		ch <- d
 	}
 }
@@ -134,9 +137,12 @@ func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.CounterValue, u.CPU.Seconds(), key)
 		ch <- prometheus.MustNewConstMetric(pidsDesc, prometheus.GaugeValue, float64(u.Pids), key)
 	}
+	for key, n := range c.objects() {
+		ch <- prometheus.MustNewConstMetric(objectsDesc, prometheus.GaugeValue, float64(n), key)
+	}
 }
 
-// collectUsage reports each running cluster's control-group usage, as usage reads it.
-func (m *Metrics) collectUsage(usage func() map[string]cgroups.Usage) {
-	m.Registry.MustRegister(usageCollector{usage})
+// collectUsage reports each running cluster's control-group usage and stored objects.
+func (m *Metrics) collectUsage(usage func() map[string]cgroups.Usage, objects func() map[string]int64) {
+	m.Registry.MustRegister(usageCollector{usage, objects})
 }

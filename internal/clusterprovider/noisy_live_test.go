@@ -39,16 +39,7 @@ func TestANoisyNeighbourMeetsItsOwnLimits(t *testing.T) {
 	})
 	t.Cleanup(func() { h.Group().Remove() })
 	limits := cgroups.Limits{MemoryBytes: 640 << 20, MilliCPU: 500, Pids: 4000}
-	upA := func() *Cluster {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		c, err := p.UpWith(ctx, "noisy-a", NodePolicy{Resources: limits})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Stop() })
-		return c
-	}
+	upA := func() *Cluster { return upWith(t, p, "noisy-a", NodePolicy{Resources: limits}) }
 	a, b := upA(), up(t, p, "noisy-b")
 
 	// Every process of each cluster is in its own group, and none in the other's.

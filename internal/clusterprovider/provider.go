@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -76,6 +78,12 @@ type Config struct {
 	// TenantUsers runs every process of a tenant cluster as an OS user of its own
 	// (internal/tenantuser), made at its first start and removed with its DataDir.
 	TenantUsers bool
+	// Objects caps the objects a tenant cluster stores unless its spec sets a cap
+	// (internal/objectcap); 0 is none.
+	Objects int64
+	// Logger receives the provider's own notes (an object cap put on or lifted); nil
+	// discards them.
+	Logger *slog.Logger
 }
 
 // FrontDoor is where the front door serves tenants.
@@ -257,6 +265,7 @@ type Cluster struct {
 	stopped bool
 	snapMu  sync.Mutex // serialises edits of nodes.json
 	admin   kubernetes.Interface
+	objects atomic.Int64 // its stored objects at the last count
 
 	nodesMu sync.Mutex
 	cgroup  *cgroups.Group   // the cluster's control group; nil when cgroups are off
@@ -322,12 +331,13 @@ func (p *Provider) Up(ctx context.Context, name string) (*Cluster, error) {
 }
 
 // NodePolicy is one cluster's own policy: its node quota and pods per node, for its CCM
-// (zero values take the CCM's defaults), and its resource limits (zero fields take the
-// provider's Config.Limits).
+// (zero values take the CCM's defaults), its resource limits (zero fields take the
+// provider's Config.Limits) and its cap on stored objects (zero: Config.Objects).
 type NodePolicy struct {
 	MaxNodes    int
 	PodsPerNode int
 	Resources   cgroups.Limits
+	Objects     int64
 }
 
 // UpWith is Up with the cluster's own node policy (a Cluster's spec on the front).
@@ -337,7 +347,11 @@ func (p *Provider) UpWith(ctx context.Context, name string, np NodePolicy) (*Clu
 	}
 	s := p.tenantSpec(name)
 	s.MaxNodes, s.PodsPerNode = np.MaxNodes, np.PodsPerNode
-	return p.upSpecLimited(ctx, s, np.Resources.Or(p.cfg.Limits))
+	np.Resources = np.Resources.Or(p.cfg.Limits)
+	if np.Objects == 0 {
+		np.Objects = p.cfg.Objects
+	}
+	return p.upSpecWith(ctx, s, np)
 }
 
 // tenantSpec is the stack of the tenant cluster name on this provider.
@@ -390,10 +404,11 @@ func (p *Provider) holderDataDir(holder string) string {
 }
 
 func (p *Provider) upSpec(ctx context.Context, s clusterstack.Spec) (*Cluster, error) {
-	return p.upSpecLimited(ctx, s, p.cfg.Limits)
+	return p.upSpecWith(ctx, s, NodePolicy{Resources: p.cfg.Limits, Objects: p.cfg.Objects})
 }
 
-func (p *Provider) upSpecLimited(ctx context.Context, s clusterstack.Spec, limits cgroups.Limits) (*Cluster, error) {
+// upSpecWith brings s up, held to pol's resources and object cap (defaults applied).
+func (p *Provider) upSpecWith(ctx context.Context, s clusterstack.Spec, pol NodePolicy) (*Cluster, error) {
 	if err := p.checkBinaries(s); err != nil {
 		return nil, err
 	}
@@ -406,7 +421,7 @@ func (p *Provider) upSpecLimited(ctx context.Context, s clusterstack.Spec, limit
 		return nil, err
 	}
 	s.APIServerPort = port
-	c, err := p.up(ctx, s, limits)
+	c, err := p.up(ctx, s, pol)
 	if err != nil {
 		// Spawn reaped whatever it had started; only now may the lease go (invariant 8).
 		if rerr := p.book.Release(port, holder); rerr != nil {
@@ -417,7 +432,7 @@ func (p *Provider) upSpecLimited(ctx context.Context, s clusterstack.Spec, limit
 	return c, nil
 }
 
-func (p *Provider) up(ctx context.Context, s clusterstack.Spec, limits cgroups.Limits) (*Cluster, error) {
+func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy) (*Cluster, error) {
 	name, port := s.Name, s.APIServerPort
 	l := s.Layout()
 	as, err := p.runAs(s)
@@ -448,7 +463,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, limits cgroups.L
 	if p.cfg.Cgroups != nil && !s.Front {
 		// The cluster's group is made, with its limits, before its first process.
 		c.cgroup = p.cfg.Cgroups.Group(name)
-		if err := c.cgroup.Create(limits); err != nil {
+		if err := c.cgroup.Create(pol.Resources); err != nil {
 			c.closeLogs()
 			return nil, fmt.Errorf("cluster %s: %w", name, err)
 		}
@@ -472,6 +487,9 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, limits cgroups.L
 	}
 	c.group = g
 	c.watch(g)
+	if !s.Front {
+		go c.holdObjectCap(pol.Objects)
+	}
 	// Simulated guests listed from an earlier run get their kubelets back.
 	if list, err := c.Instances(); err == nil && len(list) > 0 {
 		if err := c.startNodeGroup(ctx); err != nil {

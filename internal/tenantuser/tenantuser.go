@@ -109,14 +109,14 @@ func run(argv ...string) error {
 	return nil
 }
 
-// retry runs f again while the user database is locked by someone else (exit status 10:
-// "cannot lock /etc/passwd"), for up to 10 s.
+// retry runs f again while another process holds the user database ("cannot lock
+// /etc/passwd; try again later"), for up to 10 s.
 func retry(f func() error) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := f()
 		var ee *exec.ExitError
-		if err == nil || !errors.As(err, &ee) || ee.ExitCode() != 10 || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &ee) || !strings.Contains(err.Error(), "lock") || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)
