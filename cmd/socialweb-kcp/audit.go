@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -37,22 +38,12 @@ values are never logged. -o json prints the events as the apiserver wrote them.`
 			if tail < 1 {
 				return usageError{fmt.Errorf("--tail %d: want a number of events, 1 or more", tail)}
 			}
-			if output != outTable && output != outJSON {
-				return usageError{fmt.Errorf("-o %s: audit prints a table or json", output)}
-			}
-			return nil
+			return tableOrJSON(cmd, output)
 		},
 		RunE: func(cmd *cobra.Command, a []string) error {
-			f, err := g.front()
+			dataDir, err := hostDataDir(cmd.Context(), g, a[0], dataRoot)
 			if err != nil {
 				return err
-			}
-			if _, err := f.cluster(cmd.Context(), a[0]); err != nil {
-				return err
-			}
-			dataDir := clusterprovider.DataDirOf(dataRoot, a[0])
-			if _, err := os.Stat(dataDir); err != nil {
-				return fmt.Errorf("--data-root %s: no DataDir of cluster %s here (%w); run this on the provider's host, with serve's --data-root", dataRoot, a[0], err)
 			}
 			events, err := auditlog.Recent(clusterstack.Spec{DataDir: dataDir}.Layout().AuditLog(), tail)
 			if err != nil {
@@ -62,9 +53,40 @@ values are never logged. -o json prints the events as the apiserver wrote them.`
 		},
 	}
 	cmd.Flags().IntVar(&tail, "tail", 20, "how many of the newest events to show")
-	cmd.Flags().StringVar(&dataRoot, "data-root", defaultDataRoot(), "serve's --data-root (env SOCIALWEB_DATA_ROOT)")
+	addDataRootFlag(cmd, &dataRoot)
 	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+// tableOrJSON refuses an -o the command does not print (it prints a table or json).
+func tableOrJSON(cmd *cobra.Command, output outputFormat) error {
+	if output != outTable && output != outJSON {
+		return usageError{fmt.Errorf("-o %s: %s prints a table or json", output, cmd.Name())}
+	}
+	return nil
+}
+
+// addDataRootFlag is --data-root, for the commands that read a cluster's DataDir.
+func addDataRootFlag(cmd *cobra.Command, dst *string) {
+	cmd.Flags().StringVar(dst, "data-root", defaultDataRoot(), "serve's --data-root (env SOCIALWEB_DATA_ROOT)")
+}
+
+// hostDataDir is cluster name's DataDir under dataRoot, once the front has said that name
+// is a cluster of the namespace. A command that reads it (audit, certs) runs on the
+// provider's host, as the operator: the DataDir is nowhere else.
+func hostDataDir(ctx context.Context, g *globals, name, dataRoot string) (string, error) {
+	f, err := g.front()
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.cluster(ctx, name); err != nil {
+		return "", err
+	}
+	dataDir := clusterprovider.DataDirOf(dataRoot, name)
+	if _, err := os.Stat(dataDir); err != nil {
+		return "", fmt.Errorf("--data-root %s: no DataDir of cluster %s here (%w); run this on the provider's host, with serve's --data-root", dataRoot, name, err)
+	}
+	return dataDir, nil
 }
 
 // printAudit prints events oldest first: a table, or (-o json) each event's own line.

@@ -172,6 +172,10 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	// Parked: nothing runs, the port is free, the data stays; up brings it back with its
 	// objects and its node.
 	kubectl("create", "configmap", "kept", "--from-literal=k=v")
+	// Its certificates, soonest first: every leaf has most of a year left.
+	if out := must("certs", "demo", "--data-root", root); !strings.Contains(out, "pki/apiserver.crt") || !strings.Contains(out, "tenant.kubeconfig") || !strings.Contains(out, "CA ") {
+		t.Errorf("certs demo: %s", out)
+	}
 	// The tenant's write is in its audit log, which audit shows from the DataDir.
 	livetest.Eventually(t, time.Minute, "audit demo shows the ConfigMap's creation", func() (bool, string) {
 		out := must("audit", "demo", "--data-root", root, "--tail", "30")

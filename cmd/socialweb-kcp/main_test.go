@@ -13,6 +13,7 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/auditlog"
+	"socialweb.computer/kcp/internal/certrenewal"
 )
 
 // Bad command lines exit 2 and name what is wrong; a missing front exits 1 and says what
@@ -34,6 +35,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 		{[]string{"nodes", "rm", "demo"}, exitUsage, "want NAME ID..."},
 		{[]string{"audit", "demo", "--tail", "0"}, exitUsage, "--tail 0: want a number of events"},
 		{[]string{"audit", "demo", "-o", "yaml"}, exitUsage, "-o yaml: audit prints a table or json"},
+		{[]string{"certs", "demo", "-o", "wide"}, exitUsage, "-o wide: certs prints a table or json"},
 		{[]string{"ls", "--kubeconfig", missing}, exitFailed, "--kubeconfig " + missing + ": no such file or directory; start the provider first"},
 	} {
 		var out, errb bytes.Buffer
@@ -57,6 +59,26 @@ func TestAuditTable(t *testing.T) {
 	want := `TIME                  USER                    VERB    RESOURCE    NAMESPACE  NAME  CODE
 2026-12-05T01:02:03Z  socialweb:tenant-admin  create  configmaps  default    web   201
 2026-12-05T01:02:03Z  system:anonymous        get     /version    -          -     403
+`
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// The certificates view: paths relative to the DataDir, soonest first as given, whole
+// days left.
+func TestCertsTable(t *testing.T) {
+	now := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	var b bytes.Buffer
+	if err := printCerts(&b, "/data/demo", []certrenewal.Cert{
+		{Path: "/data/demo/pki/apiserver.crt", Subject: "kube-apiserver", NotAfter: now.Add(30*24*time.Hour + time.Hour)},
+		{Path: "/data/demo/pki/ca.crt", Subject: "demo-ca", CA: true, NotAfter: now.AddDate(10, 0, 0)},
+	}, outTable, now); err != nil {
+		t.Fatal(err)
+	}
+	want := `FILE               SUBJECT         KIND  EXPIRES               DAYS-LEFT
+pki/apiserver.crt  kube-apiserver  leaf  2027-01-04T01:00:00Z  30
+pki/ca.crt         demo-ca         CA    2036-12-05T00:00:00Z  3653
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
