@@ -5,11 +5,14 @@ package measure
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"socialweb.computer/kcp/internal/tenantuser"
 )
 
 // GroupPSS sums the PSS (MiB) of every process in process group pgid.
@@ -93,7 +96,15 @@ func DataRoot() (string, func()) {
 	root, err := os.MkdirTemp("", "socialweb-bench-")
 	Check(err)
 	Check(os.Chmod(root, 0o711))
-	return root, func() { os.RemoveAll(root) }
+	return root, func() {
+		// The tenant user of every cluster left under it goes with it, as deleting the
+		// cluster would have removed it.
+		dirs, _ := filepath.Glob(filepath.Join(root, "clusters", "*"))
+		for _, d := range dirs {
+			tenantuser.Remove(tenantuser.Name(d))
+		}
+		os.RemoveAll(root)
+	}
 }
 
 // MarkedGroups are the process groups of every process whose command line names marker

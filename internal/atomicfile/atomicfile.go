@@ -12,8 +12,9 @@ import (
 
 // WriteFile writes data to path with mode perm: a temp file in the same directory, fsync,
 // chmod, rename over path, then fsync of the directory so the rename survives a crash. A
-// file it replaces keeps its owner (when we may give it: as root): a key or a snapshot a
-// tenant's user reads stays readable by it when the provider rewrites it.
+// file it replaces keeps its owner and group, and its group's read (when we may give
+// them: as root): a key or a snapshot a tenant's user reads stays readable by it when the
+// provider rewrites it.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
@@ -26,10 +27,11 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		os.Remove(name)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := tmp.Chmod(perm); err != nil {
+	read, err := keepOwner(tmp, path)
+	if err != nil {
 		return fail(err)
 	}
-	if err := keepOwner(tmp, path); err != nil {
+	if err := tmp.Chmod(perm | read); err != nil {
 		return fail(err)
 	}
 	if _, err := tmp.Write(data); err != nil {
@@ -57,15 +59,16 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return nil
 }
 
-// keepOwner gives tmp the owner of the file at path, if there is one and it is not ours.
-func keepOwner(tmp *os.File, path string) error {
-	fi, err := os.Stat(path)
-	if err != nil || os.Geteuid() != 0 {
-		return nil // a new file, or one we could not give away anyway
+// keepOwner gives tmp the owner and group of the regular file at path, if there is one
+// and they are not ours, and returns its group's read bit, to be kept too.
+func keepOwner(tmp *os.File, path string) (os.FileMode, error) {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || os.Geteuid() != 0 {
+		return 0, nil // a new file (or a link: never followed), or one we could not give away
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || int(st.Uid) == os.Geteuid() && int(st.Gid) == os.Getegid() {
-		return nil
+		return 0, nil
 	}
-	return tmp.Chown(int(st.Uid), int(st.Gid))
+	return fi.Mode().Perm() & 0o040, tmp.Chown(int(st.Uid), int(st.Gid))
 }

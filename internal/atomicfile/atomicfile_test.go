@@ -46,14 +46,17 @@ func TestARewriteKeepsTheOwner(t *testing.T) {
 	if err := WriteFile(path, []byte("[]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(path, 4242, 4343); err != nil {
+	if err := os.Chown(path, 0, 4343); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
 		t.Fatal(err)
 	}
 	if err := WriteFile(path, []byte("[1]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fi, _ := os.Stat(path)
-	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 4242 || st.Gid != 4343 {
-		t.Errorf("owner %d:%d after a rewrite, want 4242:4343", st.Uid, st.Gid)
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || st.Gid != 4343 || fi.Mode().Perm() != 0o640 {
+		t.Errorf("owner %d:%d mode %v after a rewrite, want 0:4343 0640", st.Uid, st.Gid, fi.Mode().Perm())
 	}
 }

@@ -87,4 +87,12 @@ func TestRecentReadsAcrossARotation(t *testing.T) {
 	if none, err := Recent(filepath.Join(t.TempDir(), "audit.log"), 5); err != nil || len(none) != 0 {
 		t.Errorf("no log yet: %v %v", none, err)
 	}
+	// The directory is the tenant's user's: a link it plants there is never followed.
+	planted := t.TempDir()
+	if err := os.Symlink("/dev/zero", filepath.Join(planted, "audit.log")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recent(filepath.Join(planted, "audit.log"), 5); err == nil {
+		t.Error("a link to /dev/zero was read")
+	}
 }

@@ -98,13 +98,13 @@ func Inventory(dir string) ([]Cert, error) {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && d.Name() == "postgres" && path != dir {
-			return filepath.SkipDir // the postgres user's; no certificate of ours
+		if d.IsDir() && path != dir && slices.Contains([]string{"postgres", "sock", "audit"}, d.Name()) {
+			return filepath.SkipDir // a component's own (its user's, with tenant users); no certificate of ours
 		}
 		var certPEM []byte
 		switch {
-		case d.IsDir():
-			return nil
+		case d.IsDir(), !d.Type().IsRegular():
+			return nil // a link or a device is never followed, whoever put it there
 		case strings.HasSuffix(path, ".crt"):
 			if certPEM, err = os.ReadFile(path); err != nil {
 				return err

@@ -75,7 +75,7 @@ func TestAGroupHoldsItsProcessesAndGoesWithThem(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
 	livetest.Eventually(t, time.Minute, "the shell has forked its sleep", func() (bool, string) {
-		n := processGroup(cmd.Process.Pid)
+		n := relatives(cmd.Process.Pid)
 		return len(n) == 1, fmt.Sprint(n)
 	})
 	if err := g.Place(cmd.Process.Pid); err != nil {

@@ -32,7 +32,11 @@ func Detect(mount, subtree string) (*Hierarchy, error) {
 	}
 	own := parseProcCgroup(self)
 	if _, err := os.Stat(filepath.Join(mount, "cgroup.controllers")); err == nil {
-		return &Hierarchy{Version: V2, dirs: map[string]string{"": filepath.Join(mount, own[""], subtree)}}, nil
+		base, err := leaveForLeaf(filepath.Join(mount, own[""]))
+		if err != nil {
+			return nil, err
+		}
+		return &Hierarchy{Version: V2, dirs: map[string]string{"": filepath.Join(base, subtree)}}, nil
 	}
 	h := &Hierarchy{Version: V1, dirs: map[string]string{}}
 	for _, c := range Controllers {
@@ -43,6 +47,28 @@ func Detect(mount, subtree string) (*Hierarchy, error) {
 		h.dirs[c] = filepath.Join(mount, c, path, subtree)
 	}
 	return h, nil
+}
+
+// ProviderLeaf is where, on v2, the provider moves itself within its own cgroup: v2 lets
+// a cgroup hand controllers to its children only while it holds no process itself (as
+// systemd's DelegateSubgroup= arranges).
+const ProviderLeaf = "socialweb-kcp-provider"
+
+// leaveForLeaf moves this process from its cgroup dir into the leaf below it, and returns
+// the cgroup the subtree goes under; a process already in the leaf (a second Detect)
+// stays. Untested here: this host's v2 hierarchy has no controllers.
+func leaveForLeaf(dir string) (string, error) {
+	if filepath.Base(dir) == ProviderLeaf {
+		return filepath.Dir(dir), nil
+	}
+	leaf := filepath.Join(dir, ProviderLeaf)
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		return "", fmt.Errorf("cgroup v2: %w; run serve in a cgroup delegated to it (systemd Delegate=yes), or with --cgroups=false", err)
+	}
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return "", fmt.Errorf("cgroup v2: move the provider into %s: %w; run serve in a cgroup delegated to it (systemd Delegate=yes), or with --cgroups=false", leaf, err)
+	}
+	return dir, nil
 }
 
 // parseProcCgroup reads /proc/<pid>/cgroup ("ID:controllers:path" lines): each v1
@@ -112,7 +138,8 @@ func (g *Group) Create(l Limits) error {
 
 // enableControllers hands memory, cpu and pids down to the group on v2, from the
 // provider's own cgroup to the group's parent. The provider's own cgroup must be
-// delegated and hold no process of its own (v2's rule), as systemd's Delegate=yes gives.
+// delegated (systemd's Delegate=yes) and, v2's rule, hold no process: Detect moved the
+// provider into a leaf of it, and a cluster's processes are in leaves of its group.
 func (g *Group) enableControllers() error {
 	base := filepath.Dir(g.h.dirs[""])
 	for d := base; ; {
@@ -127,31 +154,54 @@ func (g *Group) enableControllers() error {
 	}
 }
 
-// Place moves process pid, and every process of its process group, into the group. It
-// runs just after the process started: what it forked before the move is in its process
-// group (processrunner starts each process as its own group's leader), and what it forks
-// after the move is born in the group.
+// Place moves process pid into the group, then whatever it forked before the move: its
+// descendants (a child that left its process group, as Postgres' children do with setsid,
+// is still its descendant) and its process group. It runs just after the process started:
+// the leader goes first, so that what it forks from then on is born in the group, and the
+// rest is looked for again until none is found outside.
 func (g *Group) Place(pid int) error {
-	pids := append([]int{pid}, processGroup(pid)...)
-	for _, c := range g.h.controllers() {
-		procs := filepath.Join(g.dir(c), "cgroup.procs")
-		for _, p := range pids {
-			err := os.WriteFile(procs, []byte(strconv.Itoa(p)), 0o644)
-			if err != nil && !(p != pid && errors.Is(err, syscall.ESRCH)) {
-				return fmt.Errorf("cgroup %s: place process %d: %w", g.rel, p, err)
+	if err := g.move(pid); err != nil {
+		return err
+	}
+	for range 10 {
+		in, err := g.Procs()
+		if err != nil {
+			return err
+		}
+		outside := 0
+		for _, p := range relatives(pid) {
+			if slices.Contains(in, p) {
+				continue
 			}
+			outside++
+			if err := g.move(p); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return err
+			}
+		}
+		if outside == 0 {
+			return nil
 		}
 	}
 	return nil
 }
 
-// processGroup is every process whose process group is pgid, pgid itself excepted.
-func processGroup(pgid int) []int {
+// move writes one process into the group's cgroup.procs, in every controller.
+func (g *Group) move(pid int) error {
+	for _, c := range g.h.controllers() {
+		if err := os.WriteFile(filepath.Join(g.dir(c), "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("cgroup %s: place process %d: %w", g.rel, pid, err)
+		}
+	}
+	return nil
+}
+
+// relatives is every live descendant of pid and every other member of its process group.
+func relatives(pid int) []int {
 	entries, _ := os.ReadDir("/proc")
-	var out []int
+	parent, group := map[int]int{}, map[int]int{}
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == pgid {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == pid {
 			continue
 		}
 		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -163,8 +213,24 @@ func processGroup(pgid int) []int {
 		if i < 0 {
 			continue
 		}
-		if f := strings.Fields(string(stat[i+1:])); len(f) > 2 && f[2] == strconv.Itoa(pgid) {
-			out = append(out, pid)
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 3 {
+			continue
+		}
+		parent[p], _ = strconv.Atoi(f[1])
+		group[p], _ = strconv.Atoi(f[2])
+	}
+	var out []int
+	for p := range parent {
+		if group[p] == pid {
+			out = append(out, p)
+			continue
+		}
+		for q, n := parent[p], 0; q > 1 && n < 64; q, n = parent[q], n+1 {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
 		}
 	}
 	return out

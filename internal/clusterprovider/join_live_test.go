@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/nodejoin"
 	"socialweb.computer/kcp/internal/processrunner"
 )
@@ -46,6 +47,12 @@ func TestARealGuestJoinsWithOnlyItsBootstrapMaterial(t *testing.T) {
 		t.Fatal(err)
 	}
 	boot := kubernetes.NewForConfigOrDie(cfg)
+	// The apiserver knows a token once its informer has seen the token's Secret, a
+	// moment after it is created (a kubelet retries its bootstrap the same way).
+	livetest.Eventually(t, 30*time.Second, "the bootstrap token authenticates", func() (bool, string) {
+		_, err := boot.Discovery().ServerVersion()
+		return !apierrors.IsUnauthorized(err), fmt.Sprint(err)
+	})
 
 	t.Run("the token can only bootstrap", func(t *testing.T) {
 		assertAccess(t, boot, "the bootstrap token", []access{

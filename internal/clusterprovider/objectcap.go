@@ -16,13 +16,18 @@ import (
 )
 
 // capInterval is how often a running cluster's objects are counted against its cap: the
-// most a tenant's creates may outrun the cap by is what it creates in this time.
-const capInterval = 5 * time.Second
+// most a tenant's creates may outrun the cap by is what it creates in this time. Without a
+// cap they are counted at countInterval, for the metric.
+const (
+	capInterval   = 5 * time.Second
+	countInterval = 30 * time.Second
+)
 
 // holdObjectCap holds the running cluster to its cap on stored objects until it stops:
 // it counts them every capInterval, and puts the refusing policy in its apiserver at the
-// cap and takes it away below (internal/objectcap). A cap of 0 only takes away a policy
-// an earlier cap left.
+// cap (again at every count, should the tenant, a cluster-admin, have deleted it) and
+// takes it away below (internal/objectcap). A cap of 0 takes away a policy an earlier
+// cap left, and counts for the metric only.
 func (c *Cluster) holdObjectCap(cap int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -53,6 +58,8 @@ func (c *Cluster) holdObjectCap(cap int64) {
 					}
 					enforced = want
 				}
+			} else if want {
+				err = c.keepObjectCap(ctx, cap)
 			}
 		}
 		if err != nil && ctx.Err() == nil {
@@ -63,13 +70,14 @@ func (c *Cluster) holdObjectCap(cap int64) {
 				conn = nil
 			}
 		}
-		if cap == 0 && err == nil {
-			return
+		every := capInterval
+		if cap == 0 {
+			every = countInterval
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(capInterval):
+		case <-time.After(every):
 		}
 	}
 }
@@ -123,6 +131,19 @@ func (c *Cluster) setObjectCap(ctx context.Context, on bool, cap int64) error {
 		return err
 	}
 	return nil
+}
+
+// keepObjectCap puts the policy back if its binding or itself is gone.
+func (c *Cluster) keepObjectCap(ctx context.Context, cap int64) error {
+	api := c.admin.AdmissionregistrationV1()
+	_, err := api.ValidatingAdmissionPolicyBindings().Get(ctx, objectcap.Name, metav1.GetOptions{})
+	if err == nil {
+		_, err = api.ValidatingAdmissionPolicies().Get(ctx, objectcap.Name, metav1.GetOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		return c.setObjectCap(ctx, true, cap)
+	}
+	return err
 }
 
 // Objects is how many objects the cluster stored at its last count (0 before the first).

@@ -291,6 +291,10 @@ func (c *Cluster) EnsureServingNames() (bool, error) {
 	if err := EnsureCredentials(c.Spec, sans, c.URL, c.p.cfg.Certificates); err != nil {
 		return false, fmt.Errorf("cluster %s: serving certificate for %v: %w", c.Name, want, err)
 	}
+	// The certificate is minted anew (another file): the apiserver's user is given it.
+	if err := c.as.own(c.Spec); err != nil {
+		return false, fmt.Errorf("cluster %s: serving certificate for %v: %w", c.Name, want, err)
+	}
 	c.doorNames = want
 	return true, nil
 }
@@ -461,13 +465,19 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy) 
 		doorNames: doorNames, as: as}
 	in := StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter, As: as}
 	if p.cfg.Cgroups != nil && !s.Front {
-		// The cluster's group is made, with its limits, before its first process.
+		// The cluster's group is made, with its limits, before its first process; its
+		// processes are in leaves below it (control-plane/, nodes/), as v2 wants.
 		c.cgroup = p.cfg.Cgroups.Group(name)
+		controlPlane := p.cfg.Cgroups.Group(name, "control-plane")
 		if err := c.cgroup.Create(pol.Resources); err != nil {
 			c.closeLogs()
-			return nil, fmt.Errorf("cluster %s: %w", name, err)
+			return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
 		}
-		in.Cgroup = c.cgroup
+		if err := controlPlane.Create(cgroups.Limits{}); err != nil {
+			c.closeLogs()
+			return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
+		}
+		in.Cgroup = controlPlane
 	}
 	steps, err := StepsFor(in)
 	if err != nil {
@@ -604,9 +614,9 @@ func (p *Provider) runAs(s clusterstack.Spec) (runAs, error) {
 
 // makeDataDir lays out the DataDir: 0710 with the group of the user Postgres runs as,
 // which may traverse it and nothing more; every file in it is 0600. With tenant users
-// that is the cluster's user, and it may also traverse pki/ (0710) to the files it owns,
-// add kine's socket to run/ (1730: sticky, so it can neither list nor remove the
-// provider's records), and write its audit log in audit/, its own.
+// that is the cluster's user, and it may also traverse pki/ (0710) to the files its group
+// may read, and write in the directories that are its own (sock/, audit/; postgres/ is
+// made by initdb). run/, the process records, stays root's alone.
 func (p *Provider) makeDataDir(s clusterstack.Spec, as runAs) error {
 	gid, err := as.group()
 	if err != nil {
@@ -616,20 +626,19 @@ func (p *Provider) makeDataDir(s clusterstack.Spec, as runAs) error {
 	if err := ensureDir(l.Root, 0o710, gid); err != nil {
 		return err
 	}
-	pki, run, group, user := os.FileMode(0o700), os.FileMode(0o700), -1, -1
+	pki, group, user := os.FileMode(0o700), -1, -1
 	if as.user != nil {
-		pki, run, group, user = 0o710, 0o730|os.ModeSticky, gid, as.user.UID
+		pki, group, user = 0o710, gid, as.user.UID
 	}
 	if err := ensureDir(l.PKIDir(), pki, group); err != nil {
 		return err
 	}
-	if err := ensureDir(l.RunDir(), run, group); err != nil {
-		return err
+	for _, d := range []string{l.KineSocketDir(), l.AuditDir()} {
+		if err := ensureDirOwned(d, 0o700, user, group); err != nil {
+			return err
+		}
 	}
-	if err := ensureDirOwned(l.AuditDir(), 0o700, user, group); err != nil {
-		return err
-	}
-	for _, d := range []string{l.NodeRunDir(), l.LogDir()} {
+	for _, d := range []string{l.RunDir(), l.NodeRunDir(), l.LogDir()} {
 		if err := ensureDir(d, 0o700, -1); err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package clusterprovider
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -46,15 +47,36 @@ func (r runAs) group() (int, error) {
 	return gid, err
 }
 
-// own gives the cluster's user the component files of s that exist (a file appears at
-// its first mint or its first write; a rewrite keeps its owner, atomicfile's rule).
+// own lets the cluster's user read the component files of s that exist: root's, the
+// user's group, 0640, so that it reads them and cannot change them (nodes.json is the
+// provider's to write, invariant 10); kine's password file is the user's, 0600, as
+// libpq wants it. A file appears at its first mint or write; a rewrite keeps its owner
+// and its group's read (atomicfile's rule).
 func (r runAs) own(s clusterstack.Spec) error {
 	if r.user == nil {
 		return nil
 	}
+	l := s.Layout()
 	var errs []error
-	for _, f := range s.Layout().ComponentFiles() {
-		if err := os.Lchown(f, r.user.UID, r.user.GID); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, f := range l.ComponentFiles() {
+		uid, mode := 0, os.FileMode(0o640)
+		if f == l.KinePGPass() {
+			uid, mode = r.user.UID, 0o600
+		}
+		fi, err := os.Lstat(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err == nil && !fi.Mode().IsRegular() {
+			err = fmt.Errorf("%s: not a regular file", f)
+		}
+		if err == nil {
+			err = os.Lchown(f, uid, r.user.GID)
+		}
+		if err == nil {
+			err = os.Chmod(f, mode)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

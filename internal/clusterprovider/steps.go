@@ -221,13 +221,10 @@ func initdb(ctx context.Context, s clusterstack.Spec, as string, out io.Writer) 
 		return err
 	}
 	tmp := l.PostgresInitPassword()
-	if err := os.WriteFile(tmp, pw, 0o600); err != nil {
+	if err := writeNew(tmp, pw, uid, gid); err != nil {
 		return err
 	}
 	defer os.Remove(tmp)
-	if err := os.Chown(tmp, uid, gid); err != nil {
-		return err
-	}
 	err = processrunner.Run(ctx, processrunner.Spec{
 		Argv: s.InitdbArgv(), Dir: l.PostgresDir(), Prefix: "initdb", Output: out,
 		User: as, Env: []string{"LC_ALL=C"},
@@ -236,6 +233,28 @@ func initdb(ctx context.Context, s clusterstack.Spec, as string, out io.Writer) 
 		return fmt.Errorf("initdb: %w", err)
 	}
 	return nil
+}
+
+// writeNew writes a new file for uid:gid (0600) in a directory that user owns: whatever
+// is at path is removed, and the file is made with O_EXCL and O_NOFOLLOW, so a link the
+// user planted there is never followed by root's write.
+func writeNew(path string, data []byte, uid, gid int) error {
+	if err := removeStale(path); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Chown(uid, gid); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func removeStale(path string) error {

@@ -64,6 +64,13 @@ func TestATenantsUserReachesNothingOfAnother(t *testing.T) {
 	if _, err := as(ua, "/bin/cat", a.Spec.Layout().CACert()); err != nil {
 		t.Errorf("as a's user, its own CA certificate: %v", err)
 	}
+	// It reads its component files and may change none: nodes.json is the provider's to
+	// write (invariant 10), and run/ holds the records only root may write.
+	for _, f := range []string{a.Spec.Layout().NodesFile(), a.Spec.Layout().CACert(), filepath.Join(a.Spec.Layout().RunDir(), "planted.json")} {
+		if out, err := as(ua, "/bin/sh", "-c", "echo x >> "+f); err == nil || !strings.Contains(out, "Permission denied") {
+			t.Errorf("as a's user, append to %s: %v %s; want Permission denied", f, err, out)
+		}
+	}
 
 	// Deleting a removes its user, and no file owned by it is left.
 	uid := lookupUID(t, ua)
@@ -73,7 +80,7 @@ func TestATenantsUserReachesNothingOfAnother(t *testing.T) {
 	if tenantuser.Exists(ua) {
 		t.Errorf("a's user %s outlived its cluster", ua)
 	}
-	for _, root := range []string{filepath.Dir(filepath.Dir(a.DataDir)), os.TempDir(), "/var/tmp", "/run"} {
+	for _, root := range []string{filepath.Dir(filepath.Dir(a.DataDir)), os.TempDir(), "/var/tmp", "/run", "/dev/shm"} {
 		filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil

@@ -31,7 +31,7 @@ func TestOnlyTheAPIServerHoldsATCPPort(t *testing.T) {
 	for name, want := range map[string]string{
 		"secure-port":  "30001",
 		"bind-address": "127.0.0.1",
-		"etcd-servers": "unix:///var/lib/socialweb-kcp/clusters/demo/run/kine.sock",
+		"etcd-servers": "unix:///var/lib/socialweb-kcp/clusters/demo/sock/kine.sock",
 	} {
 		if got, _ := flag(api, name); got != want {
 			t.Errorf("apiserver --%s=%q, want %q", name, got, want)
@@ -43,7 +43,7 @@ func TestOnlyTheAPIServerHoldsATCPPort(t *testing.T) {
 		}
 	}
 	kine := s.KineArgv()
-	if got, _ := flag(kine, "listen-address"); got != "unix:///var/lib/socialweb-kcp/clusters/demo/run/kine.sock" {
+	if got, _ := flag(kine, "listen-address"); got != "unix:///var/lib/socialweb-kcp/clusters/demo/sock/kine.sock" {
 		t.Errorf("kine listens on %q, want its unix socket", got)
 	}
 	if got, _ := flag(kine, "metrics-bind-address"); got != "0" {

@@ -21,7 +21,11 @@ func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
 
 // Files.
 func (l Layout) Identity() string   { return l.path("identity.json") }
-func (l Layout) KineSocket() string { return l.path("run", "kine.sock") }
+func (l Layout) KineSocket() string { return l.path("sock", "kine.sock") }
+
+// KineSocketDir is kine's own: kine (the cluster's user, with tenant users) makes its
+// socket there, away from run/, whose records only the provider may write.
+func (l Layout) KineSocketDir() string { return l.path("sock") }
 
 // The front's datastore: kine's SQLite file, and the identity the guard keeps beside it.
 func (l Layout) FrontDBDir() string      { return l.path("kine") }
@@ -83,10 +87,12 @@ func (l Layout) AuditPolicy() string { return l.path("audit-policy.yaml") }
 func (l Layout) AuditDir() string    { return l.path("audit") }
 func (l Layout) AuditLog() string    { return l.path("audit", "audit.log") }
 
-// ComponentFiles are the files a tenant's components read: with tenant users, owned by
-// the cluster's user (mode 0600), each component reading only these. Every other file of
-// the DataDir (the admin and tenant kubeconfigs, the identity, the superuser password,
-// the front-proxy CA's key, the process records, the component logs) is the provider's.
+// ComponentFiles are the files a tenant's components read: with tenant users, readable by
+// the cluster's group (root's, 0640: the user reads them and cannot change them; kine's
+// password file alone is the user's, 0600, as libpq wants), each component reading only
+// these. Every other file of the DataDir (the admin and tenant kubeconfigs, the identity,
+// the superuser password, the front-proxy CA's key, the process records, the component
+// logs) is the provider's alone.
 func (l Layout) ComponentFiles() []string {
 	return []string{
 		l.KinePGPass(), l.EncryptionConfig(), l.CACert(), l.CAKey(), l.APIServerCert(), l.APIServerKey(),
@@ -98,6 +104,8 @@ func (l Layout) ComponentFiles() []string {
 }
 
 // ComponentDirs are the directories a tenant's components write in, owned by the
-// cluster's user (0700): Postgres' data and socket, the apiserver's audit log. kine's
-// socket is made in run/, which the user may add to but neither list nor clear.
-func (l Layout) ComponentDirs() []string { return []string{l.PostgresDir(), l.AuditDir()} }
+// cluster's user (0700): Postgres' data and socket, kine's socket, the apiserver's audit
+// log.
+func (l Layout) ComponentDirs() []string {
+	return []string{l.PostgresDir(), l.KineSocketDir(), l.AuditDir()}
+}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"socialweb.computer/kcp/internal/tenantuser"
 )
 
 // Port ranges: each package's live tests lease apiserver ports from ranges no other
@@ -59,13 +61,23 @@ func BinDir(t testing.TB) string {
 	return ""
 }
 
-// DataRoot returns a fresh temp dir whose parents the postgres user can traverse (as it
-// can under /var/lib): t.TempDir's are 0700.
+// DataRoot returns a fresh temp dir whose parents the postgres user and the tenants'
+// users can traverse (as they can under /var/lib): t.TempDir's are 0700. Once the test is
+// done (its provider stopped: cleanups run last in, first out), the tenant user of every
+// cluster still under it is removed with it, as deleting the cluster would.
 func DataRoot(t testing.TB) string {
 	root := t.TempDir()
 	for d := root; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 		os.Chmod(d, 0o711)
 	}
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob(filepath.Join(root, "clusters", "*"))
+		for _, d := range dirs {
+			if err := tenantuser.Remove(tenantuser.Name(d)); err != nil {
+				t.Errorf("remove the tenant user of %s: %v", d, err)
+			}
+		}
+	})
 	return root
 }
 

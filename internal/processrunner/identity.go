@@ -112,6 +112,10 @@ var ErrStillAlive = errors.New("process still alive after SIGKILL")
 // the process, up to grace for it to go, then SIGKILL to its group, and waits up to a
 // further 10 s for it to vanish. A process whose identity no longer matches is left alone.
 func (id Identity) Kill(sig syscall.Signal, grace time.Duration) error {
+	if id.Pid <= 1 {
+		// Never ours: a group of -1 or -0 is every process, or the caller's own group.
+		return fmt.Errorf("refusing to signal pid %d", id.Pid)
+	}
 	if !id.Alive() {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,14 +81,15 @@ func Start(spec Spec) (*Process, error) {
 		// (fexecve's way): the user needs the right to execute the file, not to search
 		// every directory above it, so a bin dir in a 0700 checkout serves every tenant's
 		// user without opening that checkout to them. argv[0] stays the path, for ps and
-		// the backstop.
+		// the backstop; execLink gives the process its binary's name (comm, for top and
+		// the OOM killer's log) rather than "3".
 		bin, err := os.Open(spec.Argv[0])
 		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
 		}
 		defer bin.Close()
 		cmd.ExtraFiles = []*os.File{bin}
-		cmd.Path = "/proc/self/fd/3"
+		cmd.Path = execLink(filepath.Base(spec.Argv[0]))
 	}
 	p := &Process{spec: spec, cmd: cmd, exited: make(chan struct{})}
 	pr, pw, err := os.Pipe()
@@ -222,7 +224,49 @@ func (p *Process) Stop(grace time.Duration) {
 	<-p.exited
 }
 
-func killGroup(pgid int) { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
+func killGroup(pgid int) {
+	if pgid > 1 { // -1 would be every process
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+// fdExec is the binary a child executes: its descriptor 3 (ExtraFiles[0]).
+const fdExec = "/proc/self/fd/3"
+
+// execDir holds, for each binary name, a symbolic link to fdExec: executing the link runs
+// the child's descriptor 3 under the binary's own name. Root's, in /run, so that no user
+// can plant a link of its own there.
+const execDir = "/run/socialweb-kcp/exec"
+
+var execMu sync.Mutex
+
+// execLink is execDir's link for name, made if it is missing; fdExec itself (the process
+// then shows as "3") when it cannot be made or execDir is not root's alone.
+func execLink(name string) string {
+	execMu.Lock()
+	defer execMu.Unlock()
+	if err := os.MkdirAll(execDir, 0o755); err != nil {
+		return fdExec
+	}
+	for _, d := range []string{filepath.Dir(execDir), execDir} {
+		fi, err := os.Lstat(d)
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if err != nil || !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
+			return fdExec
+		}
+	}
+	link := filepath.Join(execDir, name)
+	if t, err := os.Readlink(link); err == nil && t == fdExec {
+		return link
+	}
+	tmp := link + ".new"
+	os.Remove(tmp)
+	if os.Symlink(fdExec, tmp) != nil || os.Rename(tmp, link) != nil {
+		os.Remove(tmp)
+		return fdExec
+	}
+	return link
+}
 
 func credentialFor(name string) (*syscall.Credential, error) {
 	u, err := user.Lookup(name)

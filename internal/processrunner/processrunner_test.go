@@ -127,6 +127,21 @@ func TestRunsAsAnotherUser(t *testing.T) {
 	if got := strings.TrimSpace(groups.String()); got != "[id] "+u.Gid {
 		t.Errorf("id -G = %q, want only the user's own group %s", got, u.Gid)
 	}
+	// Under its own name, not its descriptor's: top and the OOM killer's log say "cat".
+	b, err = os.ReadFile("/bin/cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/cat", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var comm syncBuffer
+	if err := Run(context.Background(), Spec{Argv: []string{dir + "/cat", "/proc/self/comm"}, User: "postgres", Prefix: "cat", Output: &comm}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(comm.String()); got != "[cat] cat" {
+		t.Errorf("comm %q, want cat", got)
+	}
 }
 
 func TestIdentityTellsAReusedPidApart(t *testing.T) {

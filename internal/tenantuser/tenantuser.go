@@ -9,12 +9,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -58,7 +60,9 @@ func Ensure(name, comment string) (User, error) {
 	}
 	err := retry(func() error {
 		return run("useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-			"--shell", "/usr/sbin/nologin", "--comment", comment, name)
+			"--shell", "/usr/sbin/nologin", "--comment", comment,
+			"-K", "SYS_UID_MIN="+strconv.Itoa(FirstID), "-K", "SYS_UID_MAX="+strconv.Itoa(LastID),
+			"-K", "SYS_GID_MIN="+strconv.Itoa(FirstID), "-K", "SYS_GID_MAX="+strconv.Itoa(LastID), name)
 	})
 	if err != nil {
 		return User{}, fmt.Errorf("tenant user %s: %w", name, err)
@@ -66,12 +70,33 @@ func Ensure(name, comment string) (User, error) {
 	return lookup(name)
 }
 
-// Remove removes the user and its group; a user that does not exist is no error.
+// FirstID and LastID bound the tenant users' uids and gids: a range of their own, apart
+// from the system's services (below 1000) and its people (from 1000), for 100,000
+// clusters.
+const (
+	FirstID = 200000
+	LastID  = 299999
+)
+
+// Remove removes the user and its group, and what it left in /dev/shm (Postgres' dynamic
+// shared memory, when it was killed): nothing owned by its uid passes to a later user the
+// uid is given to. A user that does not exist is no error.
 func Remove(name string) error {
 	useradd.Lock()
 	defer useradd.Unlock()
-	if _, err := lookup(name); err != nil {
+	u, err := lookup(name)
+	if err != nil {
 		return nil
+	}
+	if entries, err := os.ReadDir("/dev/shm"); err == nil {
+		for _, e := range entries {
+			p := filepath.Join("/dev/shm", e.Name())
+			if fi, err := os.Lstat(p); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == u.UID {
+					os.Remove(p)
+				}
+			}
+		}
 	}
 	if err := retry(func() error { return run("userdel", name) }); err != nil {
 		return fmt.Errorf("tenant user %s: %w", name, err)

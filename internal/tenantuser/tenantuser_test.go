@@ -26,7 +26,7 @@ func TestEnsureAndRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Remove(name) })
-	if u.UID == 0 || u.GID == 0 || u.Name != name {
+	if u.UID < FirstID || u.UID > LastID || u.GID < FirstID || u.GID > LastID || u.Name != name {
 		t.Errorf("%+v", u)
 	}
 	if again, err := Ensure(name, "socialweb-kcp test"); err != nil || again != u {
