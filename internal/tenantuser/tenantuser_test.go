@@ -1,4 +1,4 @@
-package tenantuser
+package tenantuser_test
 
 import (
 	"os"
@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"socialweb.computer/kcp/internal/livetest"
+	"socialweb.computer/kcp/internal/tenantuser"
 )
 
 func TestName(t *testing.T) {
-	a, b := Name("/var/lib/socialweb-kcp/clusters/demo"), Name("/srv/other/clusters/demo")
-	if a == b || !strings.HasPrefix(a, Prefix) || len(a) != 16 || a != Name("/var/lib/socialweb-kcp/clusters/demo/") {
+	a, b := tenantuser.Name("/var/lib/socialweb-kcp/clusters/demo"), tenantuser.Name("/srv/other/clusters/demo")
+	if a == b || !strings.HasPrefix(a, tenantuser.Prefix) || len(a) != 16 || a != tenantuser.Name("/var/lib/socialweb-kcp/clusters/demo/") {
 		t.Errorf("%s %s", a, b)
 	}
 }
@@ -20,25 +21,25 @@ func TestEnsureAndRemove(t *testing.T) {
 	if os.Geteuid() != 0 {
 		livetest.Need(t, "useradd needs root")
 	}
-	name := Name(t.TempDir())
-	u, err := Ensure(name, "socialweb-kcp test")
+	name := tenantuser.Name(t.TempDir())
+	u, err := tenantuser.Ensure(name, "socialweb-kcp test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { Remove(name) })
-	if u.UID < FirstID || u.UID > LastID || u.GID < FirstID || u.GID > LastID || u.Name != name {
+	t.Cleanup(func() { tenantuser.Remove(name) })
+	if u.UID < tenantuser.FirstID || u.UID > tenantuser.LastID || u.GID < tenantuser.FirstID || u.GID > tenantuser.LastID || u.Name != name {
 		t.Errorf("%+v", u)
 	}
-	if again, err := Ensure(name, "socialweb-kcp test"); err != nil || again != u {
+	if again, err := tenantuser.Ensure(name, "socialweb-kcp test"); err != nil || again != u {
 		t.Errorf("again: %+v %v", again, err)
 	}
-	if err := Remove(name); err != nil {
+	if err := tenantuser.Remove(name); err != nil {
 		t.Fatal(err)
 	}
-	if Exists(name) {
+	if tenantuser.Exists(name) {
 		t.Error("still there")
 	}
-	if err := Remove(name); err != nil {
+	if err := tenantuser.Remove(name); err != nil {
 		t.Errorf("twice: %v", err)
 	}
 }
