@@ -71,8 +71,9 @@ type Config struct {
 	// Certificates is how long a leaf is valid and when it is renewed: every start of a
 	// cluster (a bring-up, a wake, a restart) renews the leaves that are due.
 	Certificates certrenewal.Policy
-	// Cgroups, when set, is where each tenant cluster gets its control group (its node
-	// group one below it), with Limits for a cluster whose spec sets none.
+	// Cgroups, when set, is where each tenant cluster gets its control group (its
+	// processes in the leaves control-plane/ and nodes/ below it), with Limits for a
+	// cluster whose spec sets none.
 	Cgroups *cgroups.Hierarchy
 	Limits  cgroups.Limits
 	// TenantUsers runs every process of a tenant cluster as an OS user of its own
@@ -265,11 +266,11 @@ type Cluster struct {
 	stopped bool
 	snapMu  sync.Mutex // serialises edits of nodes.json
 	admin   kubernetes.Interface
-	objects atomic.Int64 // its stored objects at the last count
+	objects atomic.Int64   // its stored objects at the last count
+	cgroup  *cgroups.Group // the cluster's control group; nil when cgroups are off
+	as      runAs          // who its processes run as
 
 	nodesMu sync.Mutex
-	cgroup  *cgroups.Group   // the cluster's control group; nil when cgroups are off
-	as      runAs            // who its processes run as
 	nodes   *procgroup.Group // the node group (kwok), started with the first simulated guest
 
 	exited   chan procgroup.Exit // the first member of either group to exit on its own
