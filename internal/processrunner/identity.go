@@ -67,13 +67,23 @@ func startTime(pid int) (uint64, error) {
 // and is the same process: same pid, start time and cmdline.
 func (id Identity) Alive() bool {
 	now, err := IdentityOf(id.Pid)
-	if err != nil {
-		return false
-	}
-	if now.StartTime != id.StartTime || !slices.Equal(now.Cmdline, id.Cmdline) {
+	if err != nil || !samePID(now, id) {
 		return false
 	}
 	return !isZombie(id.Pid)
+}
+
+// samePID says whether now, read from /proc, is the process id names: the same start
+// time, and the same cmdline unless now's reads empty. It does once the leader thread has
+// exited (its memory is gone) while other threads of it still run and hold its
+// descriptors, a listening socket among them: that process is not gone yet, and isZombie,
+// which looks at every thread, is the one to say when it is. (A reused pid has another
+// start time.)
+func samePID(now, id Identity) bool {
+	if now.StartTime != id.StartTime {
+		return false
+	}
+	return len(now.Cmdline) == 0 || slices.Equal(now.Cmdline, id.Cmdline)
 }
 
 // isZombie reports whether pid has exited: every thread of it is a zombie or dead. The
