@@ -92,6 +92,10 @@ func TestAGroupHoldsItsProcessesAndGoesWithThem(t *testing.T) {
 	if groups, _ := h.Groups(); !slices.Equal(groups, []string{"demo"}) {
 		t.Errorf("groups %v", groups)
 	}
+	h.Prune()
+	if !h.Group().Exists() {
+		t.Fatal("the subtree was pruned with a group in it")
+	}
 	if err := h.Group("demo").Remove(); err == nil || !strings.Contains(err.Error(), "processes in it") {
 		t.Fatalf("removed while its processes run: %v", err)
 	}
@@ -109,6 +113,10 @@ func TestAGroupHoldsItsProcessesAndGoesWithThem(t *testing.T) {
 	}
 	if err := h.Group("demo").Remove(); err != nil {
 		t.Errorf("removing a group that is gone: %v", err)
+	}
+	h.Prune()
+	if h.Group().Exists() {
+		t.Error("the empty subtree outlived its last group")
 	}
 }
 

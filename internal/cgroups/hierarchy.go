@@ -119,7 +119,13 @@ func (g *Group) dir(controller string) string { return filepath.Join(g.h.dirs[co
 // group that exists rewrites its limits: a bring-up after a crash takes the group over.
 func (g *Group) Create(l Limits) error {
 	for _, c := range g.h.controllers() {
-		if err := os.MkdirAll(g.dir(c), 0o755); err != nil {
+		err := os.MkdirAll(g.dir(c), 0o755)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The subtree was removed between its mkdir and ours (Prune, as another
+			// cluster's group went): once more makes it again.
+			err = os.MkdirAll(g.dir(c), 0o755)
+		}
+		if err != nil {
 			return fmt.Errorf("cgroup %s: %w", g.rel, err)
 		}
 	}
@@ -315,6 +321,15 @@ func removeDir(d string) error {
 			return &fs.PathError{Op: "rmdir", Path: d, Err: err}
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Prune removes the provider's subtree if no group is left in it: the last cluster's
+// teardown leaves nothing of the provider in the host's cgroups. A subtree that still
+// holds a group (another cluster's) stays; that is no error.
+func (h *Hierarchy) Prune() {
+	for _, c := range h.controllers() {
+		syscall.Rmdir(h.dirs[c]) // ENOTEMPTY or EBUSY while a group is in it
 	}
 }
 

@@ -737,7 +737,11 @@ func (c *Cluster) removeCgroup() error {
 	if c.cgroup == nil {
 		return nil
 	}
-	return c.cgroup.Remove()
+	if err := c.cgroup.Remove(); err != nil {
+		return err
+	}
+	c.p.cfg.Cgroups.Prune()
+	return nil
 }
 
 // Usage is what the cluster's control group uses now; false when it has none.

@@ -79,10 +79,7 @@ func (p *Provider) ReapLeftovers() error {
 		}
 	}
 	if h := p.cfg.Cgroups; h != nil && err == nil {
-		// The provider's subtree goes too once no cluster's group is left in it.
-		if groups, gerr := h.Groups(); gerr == nil && len(groups) == 0 {
-			err = h.Group().Remove()
-		}
+		h.Prune() // the provider's subtree goes too once no cluster's group is left in it
 	}
 	return err
 }
@@ -107,6 +104,7 @@ func (p *Provider) reapSurvivors(s clusterstack.Spec) error {
 			if err := g.Remove(); err != nil {
 				return fmt.Errorf("cluster %s: %w", s.Name, err)
 			}
+			p.cfg.Cgroups.Prune()
 		}
 	}
 	return nil
