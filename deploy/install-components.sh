@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the pinned third-party components the tenant control planes run:
-#   PostgreSQL 15 (Debian package), and into bin/: kube-apiserver, kube-controller-manager,
-#   kube-scheduler, kubectl (from components/go.mod, k8s.io/kubernetes v1.37.2), kine and kwok,
-#   and the project's own socialweb-cloud-controller-manager, socialweb-clusterprovider and socialweb-kcp.
+#   PostgreSQL 15 and, for real guests, runc, the CNI plugins, iptables, conntrack and a static
+#   busybox (Debian packages); and into bin/: kube-apiserver, kube-controller-manager,
+#   kube-scheduler, kubectl, kubelet, kube-proxy (from components/go.mod, k8s.io/kubernetes v1.37.2),
+#   kine, kwok, containerd with its runc shim and ctr, and the project's own
+#   socialweb-cloud-controller-manager, socialweb-clusterprovider and socialweb-kcp.
 # Idempotent: a binary whose pin is unchanged is not rebuilt. One build runs at a time.
 # Built binaries are also kept in a cache outside the work tree (SOCIALWEB_COMPONENTS_CACHE,
 # default ~/.cache/socialweb-kcp/components) keyed by the pin, so a fresh clone on the same
@@ -19,6 +21,12 @@ KINE_MODULE=github.com/k3s-io/kine
 KINE_VERSION=v0.17.5
 KWOK_MODULE=sigs.k8s.io/kwok
 KWOK_VERSION=v0.8.0
+CONTAINERD_MODULE=github.com/containerd/containerd/v2
+CONTAINERD_VERSION=v2.4.2
+# Debian packages a real guest needs: runc (the OCI runtime containerd's shim runs), the CNI
+# plugins (bridge, host-local, loopback, portmap), what kube-proxy drives (iptables, conntrack)
+# and busybox-static, from which the project builds its local test image.
+GUEST_PACKAGES="runc containernetworking-plugins iptables conntrack busybox-static"
 
 say() { printf '[install] %s\n' "$*"; }
 now() { date +%s.%N; }
@@ -39,6 +47,23 @@ install_postgres() {
   say "postgresql-15: installed in $(took "$t")"
 }
 
+install_guest_packages() {
+  local missing=() p
+  for p in $GUEST_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    say "guest packages: present ($GUEST_PACKAGES)"
+    return
+  fi
+  local t; t=$(now)
+  say "guest packages: installing ${missing[*]} with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+  say "guest packages: installed in $(took "$t")"
+}
+
 # build NAME PIN DIR CGO PACKAGE [LDFLAGS]: builds PACKAGE (run in DIR) into bin/NAME unless
 # bin/.NAME.pin already records PIN.
 build() {
@@ -54,7 +79,7 @@ build() {
   else
     say "$name: building $pkg ($pin)"
     mkdir -p "$cache/$key"
-    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -ldflags "$ldflags" -o "$cache/$key/$name.tmp" "$pkg")
+    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "$ldflags" -o "$cache/$key/$name.tmp" "$pkg")
     mv "$cache/$key/$name.tmp" "$cache/$key/$name"
   fi
   cp "$cache/$key/$name" "$bin/$name.tmp"
@@ -64,6 +89,7 @@ build() {
 }
 
 install_postgres
+install_guest_packages
 
 gov=$(go env GOVERSION)
 kpin="kubernetes $KUBE_VERSION $(cat "$root/components/go.mod" "$root/components/go.sum" | sha256sum | cut -c1-16) $gov"
@@ -72,7 +98,7 @@ kldflags="-s -w"
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   kldflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
 done
-for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
   build "$c" "$kpin" "$root/components" 0 "k8s.io/kubernetes/cmd/$c" "$kldflags"
 done
 
@@ -100,11 +126,17 @@ build_module() {
 }
 build_module kine "$KINE_MODULE" "$KINE_VERSION" . 1 "-X github.com/k3s-io/kine/pkg/version.Version=$KINE_VERSION"
 build_module kwok "$KWOK_MODULE" "$KWOK_VERSION" ./cmd/kwok 0 "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+# containerd 2.x for real guests (kubelet 1.37 accepts 1.6 only through a fallback 1.38 drops).
+# Static, without the snapshotters that need cgo or kernel features this project does not use.
+cldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+for c in containerd containerd-shim-runc-v2 ctr; do
+  BUILD_TAGS="no_btrfs no_devmapper no_zfs" build_module "$c" "$CONTAINERD_MODULE" "$CONTAINERD_VERSION" "./cmd/$c" 0 "$cldflags"
+done
 
 # The project's own binaries: always built (go's build cache makes an unchanged one quick),
 # so bin/ never runs a CCM older than the source. Same flags as the Kubernetes builds, so
 # the k8s.io packages they share come from the build cache.
-for cmd in socialweb-cloud-controller-manager socialweb-clusterprovider socialweb-kcp; do
+for cmd in socialweb-cloud-controller-manager socialweb-clusterprovider socialweb-kcp socialweb-guest socialweb-pause; do
   t=$(now)
   (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/$cmd.tmp" "./cmd/$cmd")
   mv "$bin/$cmd.tmp" "$bin/$cmd"

@@ -20,6 +20,8 @@ import (
 type Hierarchy struct {
 	Version Version
 	dirs    map[string]string // v1: controller → the subtree's directory; v2: "" → it
+	mount   string            // where the hierarchies are mounted, e.g. /sys/fs/cgroup
+	subtree string
 }
 
 // Detect finds the cgroup hierarchy mounted at mount (normally /sys/fs/cgroup) and names
@@ -36,9 +38,9 @@ func Detect(mount, subtree string) (*Hierarchy, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Hierarchy{Version: V2, dirs: map[string]string{"": filepath.Join(base, subtree)}}, nil
+		return &Hierarchy{Version: V2, dirs: map[string]string{"": filepath.Join(base, subtree)}, mount: mount, subtree: subtree}, nil
 	}
-	h := &Hierarchy{Version: V1, dirs: map[string]string{}}
+	h := &Hierarchy{Version: V1, dirs: map[string]string{}, mount: mount, subtree: subtree}
 	for _, c := range Controllers {
 		path, ok := own[c]
 		if _, err := os.Stat(filepath.Join(mount, c, "cgroup.procs")); !ok || err != nil {

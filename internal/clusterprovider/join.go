@@ -36,6 +36,13 @@ type JoinMaterial struct {
 // bootstrapping); the kubelet's identity is then system:node:<name>, bounded by the Node
 // authorizer.
 func (c *Cluster) JoinMaterial(ctx context.Context, nodeID string, ttl time.Duration) (JoinMaterial, error) {
+	return c.joinMaterial(ctx, nodeID, ttl, c.URL, "", "vm")
+}
+
+// joinMaterial is JoinMaterial with the apiserver reached at server and, when serverName
+// is set, verified as that name: a real guest on this host reaches it through its
+// bridge, not at the URL a VM would use. kind is the guest label its Node gets.
+func (c *Cluster) joinMaterial(ctx context.Context, nodeID string, ttl time.Duration, server, serverName, kind string) (JoinMaterial, error) {
 	g, err := nodeprovider.NewGuest(c.Name, nodeID)
 	if err != nil {
 		return JoinMaterial{}, err
@@ -58,15 +65,15 @@ func (c *Cluster) JoinMaterial(ctx context.Context, nodeID string, ttl time.Dura
 	if err != nil {
 		return JoinMaterial{}, err
 	}
-	kc, err := nodejoin.BootstrapKubeconfig(c.Name, c.URL, ca, tok)
+	kc, err := nodejoin.BootstrapKubeconfigFor(c.Name, server, serverName, ca, tok)
 	if err != nil {
 		return JoinMaterial{}, err
 	}
-	ud, err := nodejoin.CloudConfig(g.Name, ca, kc, map[string]string{nodeprovider.NodeIDLabel: g.NodeID, nodeprovider.GuestLabel: "vm"})
+	ud, err := nodejoin.CloudConfig(g.Name, ca, kc, map[string]string{nodeprovider.NodeIDLabel: g.NodeID, nodeprovider.GuestLabel: kind})
 	if err != nil {
 		return JoinMaterial{}, err
 	}
-	return JoinMaterial{Guest: g, Token: tok, Expires: expires, URL: c.URL, CACert: ca, BootstrapKubeconfig: kc, UserData: ud}, nil
+	return JoinMaterial{Guest: g, Token: tok, Expires: expires, URL: server, CACert: ca, BootstrapKubeconfig: kc, UserData: ud}, nil
 }
 
 // bootstrapJoinRBAC is TLS bootstrapping's RBAC, for socialweb's bootstrap group only: its

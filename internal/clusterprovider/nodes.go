@@ -35,15 +35,33 @@ type snapshot interface {
 	RemoveInstance(name string) error
 }
 
-// instanceOf is the nodes.json record of a freshly created guest.
+// instanceOf is the nodes.json record of a freshly created guest: its InternalIP, when it
+// has one, then its name.
 func instanceOf(g nodeprovider.Guest) instancesnapshot.Instance {
-	return instancesnapshot.Instance{Cluster: g.Cluster, Name: g.Name, NodeID: g.NodeID, State: instancesnapshot.StateRunning,
-		Addresses: []instancesnapshot.Address{{Type: "Hostname", Address: g.Name}}}
+	in := instancesnapshot.Instance{Cluster: g.Cluster, Name: g.Name, NodeID: g.NodeID, State: instancesnapshot.StateRunning}
+	if g.InternalIP.IsValid() {
+		in.Addresses = append(in.Addresses, instancesnapshot.Address{Type: "InternalIP", Address: g.InternalIP.String()})
+	}
+	in.Addresses = append(in.Addresses, instancesnapshot.Address{Type: "Hostname", Address: g.Name})
+	return in
+}
+
+// placer is a node provider whose guests get an address before they exist (real guests):
+// the address is in nodes.json from the start, so the CCM initializes the Node with the
+// address its kubelet was given.
+type placer interface {
+	Place(ctx context.Context, g nodeprovider.Guest) (nodeprovider.Guest, error)
 }
 
 // addGuest lists g in nodes.json before it creates it (invariant 10), so the CCM never
 // sees its Node unlisted; a creation that fails is unlisted again.
 func addGuest(ctx context.Context, snap snapshot, guests Guests, g nodeprovider.Guest) error {
+	if p, ok := guests.(placer); ok && !g.InternalIP.IsValid() {
+		var err error
+		if g, err = p.Place(ctx, g); err != nil {
+			return fmt.Errorf("node %s: %w", g.Name, err)
+		}
+	}
 	if err := snap.PutInstance(instanceOf(g)); err != nil {
 		return fmt.Errorf("node %s: list it in nodes.json: %w", g.Name, err)
 	}
@@ -72,7 +90,28 @@ func removeGuest(ctx context.Context, snap snapshot, guests Guests, drain func(c
 	return nil
 }
 
-// Guests is the cluster's node provider: simulated kwok guests, the default on one machine.
+// GuestsOf is the cluster's node provider of the given kind: kwok's simulated guests (the
+// default on one machine) or real ones.
+func (c *Cluster) GuestsOf(kind string) (Guests, error) {
+	switch kind {
+	case "", nodeprovider.KindKwok:
+		return c.Guests(), nil
+	case nodeprovider.KindReal:
+		return c.realGuests(), nil
+	}
+	return nil, fmt.Errorf("guest kind %q: want %s or %s", kind, nodeprovider.KindKwok, nodeprovider.KindReal)
+}
+
+// guestsFor is the provider of the existing guest nodeID: real when it has a guest
+// directory, else simulated.
+func (c *Cluster) guestsFor(nodeID string) Guests {
+	if r := c.realGuests(); r.Has(nodeID) {
+		return r
+	}
+	return c.Guests()
+}
+
+// Guests is the cluster's provider of simulated (kwok) guests.
 func (c *Cluster) Guests() Guests {
 	return &nodeprovider.Kwok{
 		Cluster: c.Name, PodsPerNode: c.podsPerNode(), Reader: c.admin,
@@ -91,10 +130,15 @@ func (c *Cluster) podsPerNode() int {
 // DefaultPodsPerNode is the CCM's default, the kubelet's maxPods.
 const DefaultPodsPerNode = 110
 
-// AddNode adds the guest nodeID to the cluster and, unless ctx ends first, waits until its
-// Node is Ready and initialized by the CCM.
+// AddNode adds the simulated guest nodeID to the cluster and, unless ctx ends first, waits
+// until its Node is Ready and initialized by the CCM.
 func (c *Cluster) AddNode(ctx context.Context, nodeID string) (nodeprovider.Guest, error) {
-	g, err := c.StartNode(ctx, nodeID)
+	return c.AddNodeOf(ctx, nodeID, nodeprovider.KindKwok)
+}
+
+// AddNodeOf is AddNode for a guest of the given kind.
+func (c *Cluster) AddNodeOf(ctx context.Context, nodeID, kind string) (nodeprovider.Guest, error) {
+	g, err := c.StartNodeOf(ctx, nodeID, kind)
 	if err != nil {
 		return g, err
 	}
@@ -107,11 +151,20 @@ func (c *Cluster) AddNode(ctx context.Context, nodeID string) (nodeprovider.Gues
 // StartNode lists the guest nodeID and creates it (idempotent), without waiting for its
 // Node: the reconcile loop observes that on its next passes rather than hold a worker.
 func (c *Cluster) StartNode(ctx context.Context, nodeID string) (nodeprovider.Guest, error) {
+	return c.StartNodeOf(ctx, nodeID, nodeprovider.KindKwok)
+}
+
+// StartNodeOf is StartNode for a guest of the given kind.
+func (c *Cluster) StartNodeOf(ctx context.Context, nodeID, kind string) (nodeprovider.Guest, error) {
 	g, err := nodeprovider.NewGuest(c.Name, nodeID)
 	if err != nil {
 		return g, err
 	}
-	return g, addGuest(ctx, c, c.Guests(), g)
+	guests, err := c.GuestsOf(kind)
+	if err != nil {
+		return g, err
+	}
+	return g, addGuest(ctx, c, guests, g)
 }
 
 // nodeState reports whether the Node name is registered, and whether it is Ready and
@@ -161,7 +214,7 @@ func (c *Cluster) retireGuest(ctx context.Context, nodeID string) (nodeprovider.
 		return g, err
 	}
 	drain := func(ctx context.Context) error { return c.drain(ctx, g.Name) }
-	return g, removeGuest(ctx, c, c.Guests(), drain, g)
+	return g, removeGuest(ctx, c, c.guestsFor(nodeID), drain, g)
 }
 
 // NodeReady reports whether n's Ready condition is True and the CCM's taint is gone.

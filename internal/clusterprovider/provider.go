@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,6 +32,7 @@ import (
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/logfile"
+	"socialweb.computer/kcp/internal/nodeprovider"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/procgroup"
 	"socialweb.computer/kcp/internal/tenantuser"
@@ -71,6 +73,9 @@ type Config struct {
 	// Certificates is how long a leaf is valid and when it is renewed: every start of a
 	// cluster (a bring-up, a wake, a restart) renews the leaves that are due.
 	Certificates certrenewal.Policy
+	// GuestPool is where each cluster's real guests get a /24 of their own
+	// (guestnet.DefaultPool when unset).
+	GuestPool netip.Prefix
 	// Cgroups, when set, is where each tenant cluster gets its control group (its
 	// processes in the leaves control-plane/ and nodes/ below it), with Limits for a
 	// cluster whose spec sets none.
@@ -271,7 +276,9 @@ type Cluster struct {
 	as      runAs          // who its processes run as
 
 	nodesMu sync.Mutex
-	nodes   *procgroup.Group // the node group (kwok), started with the first simulated guest
+	nodes   *procgroup.Group            // the node group (kwok), started with the first simulated guest
+	guests  map[string]*procgroup.Group // each real guest's init, by node id
+	real    *nodeprovider.Real          // the provider of real guests, made at first use
 
 	exited   chan procgroup.Exit // the first member of either group to exit on its own
 	stopping chan struct{}       // closed by Stop: the watchers end
@@ -485,7 +492,12 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy) 
 		c.closeLogs()
 		return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
 	}
-	// A node group an earlier run left (kwok) goes first: it depends on the control plane.
+	// The guests an earlier run left (real ones, kwok) go first: they depend on the
+	// control plane.
+	if err := p.reapGuestSurvivors(s); err != nil {
+		c.closeLogs()
+		return nil, fmt.Errorf("cluster %s: reap the real guests' survivors: %w", name, err)
+	}
 	if _, err := procgroup.ReapSurvivors(p.nodeGroupOptions(s)); err != nil {
 		c.closeLogs()
 		return nil, fmt.Errorf("cluster %s: reap the node group's survivors: %w", name, err)
@@ -501,9 +513,10 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy) 
 	if !s.Front {
 		go c.holdObjectCap(pol.Objects)
 	}
-	// Simulated guests listed from an earlier run get their kubelets back.
+	// Guests listed from an earlier run come back: simulated ones get kwok again, real
+	// ones boot again from their directories (their kubelets keep their certificates).
 	if list, err := c.Instances(); err == nil && len(list) > 0 {
-		if err := c.startNodeGroup(ctx); err != nil {
+		if err := c.restartGuests(ctx, list); err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -708,13 +721,13 @@ func (c *Cluster) Stop() error {
 	c.stopped = true
 	close(c.stopping)
 	c.mu.Unlock()
-	// The node group first: kwok simulates kubelets of this apiserver.
+	// The guests first: they are kubelets (real or kwok's) of this apiserver.
+	err := c.stopRealGuests()
 	c.nodesMu.Lock()
 	nodes := c.nodes
 	c.nodesMu.Unlock()
-	var err error
 	if nodes != nil {
-		err = nodes.Reap()
+		err = errors.Join(err, nodes.Reap())
 	}
 	err = errors.Join(err, c.group.Reap())
 	if err == nil {

@@ -91,9 +91,10 @@ func (p *Provider) ReapLeftovers() error {
 func (p *Provider) ReapSurvivorsOf(name string) error { return p.reapSurvivors(p.tenantSpec(name)) }
 
 func (p *Provider) reapSurvivors(s clusterstack.Spec) error {
-	_, nerr := procgroup.ReapSurvivors(p.nodeGroupOptions(s)) // the guests before their control plane
+	rerr := p.reapGuestSurvivors(s) // the guests before their control plane
+	_, nerr := procgroup.ReapSurvivors(p.nodeGroupOptions(s))
 	_, gerr := procgroup.ReapSurvivors(p.groupOptions(s))
-	if err := errors.Join(nerr, gerr); err != nil {
+	if err := errors.Join(rerr, nerr, gerr); err != nil {
 		return fmt.Errorf("cluster %s: %w", s.Name, err)
 	}
 	// The control group an earlier run made goes with its processes. One that still holds

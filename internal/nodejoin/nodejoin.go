@@ -70,8 +70,15 @@ func TokenSecret(t Token, expires time.Time, node string) *corev1.Secret {
 // BootstrapKubeconfig is the kubelet's --bootstrap-kubeconfig: the cluster CA, the URL and
 // the token, nothing else.
 func BootstrapKubeconfig(cluster, server string, caPEM []byte, t Token) ([]byte, error) {
+	return BootstrapKubeconfigFor(cluster, server, "", caPEM, t)
+}
+
+// BootstrapKubeconfigFor is BootstrapKubeconfig for an apiserver reached at an address its
+// certificate does not name: the kubelet verifies it as serverName instead (and keeps that
+// in the kubeconfig it writes once it has its own certificate).
+func BootstrapKubeconfigFor(cluster, server, serverName string, caPEM []byte, t Token) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[cluster] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.Clusters[cluster] = &clientcmdapi.Cluster{Server: server, TLSServerName: serverName, CertificateAuthorityData: caPEM}
 	cfg.AuthInfos["kubelet-bootstrap"] = &clientcmdapi.AuthInfo{Token: t.String()}
 	cfg.Contexts["bootstrap"] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: "kubelet-bootstrap"}
 	cfg.CurrentContext = "bootstrap"

@@ -37,6 +37,9 @@ type Spec struct {
 	// Cgroup, when set, receives the process (and whatever it forked) as soon as it has
 	// started, before the caller hears of it: the tenant's control group.
 	Cgroup Placer
+	// Cloneflags are the namespaces the process gets of its own (CLONE_NEW*): a real
+	// guest's init is PID 1 of new mount, UTS, network and PID namespaces.
+	Cloneflags uintptr
 }
 
 // Placer puts a started process, and its process group, into a control group.
@@ -70,7 +73,7 @@ func Start(spec Spec) (*Process, error) {
 		cmd.Dir = "/"
 	}
 	cmd.Env = append([]string{}, spec.Env...) // non-nil: an empty Env means an empty environment
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags}
 	if spec.User != "" {
 		cred, err := credentialFor(spec.User)
 		if err != nil {

@@ -25,6 +25,9 @@ const (
 	// ComponentKwok simulates the guests' kubelets. It runs in the cluster's node group,
 	// started with the first simulated guest and reaped before the control plane.
 	ComponentKwok
+	// ComponentGuest is a real guest's init (socialweb-guest), one group per guest, reaped
+	// before the control plane as kwok is.
+	ComponentGuest
 )
 
 var names = map[Component]string{
@@ -37,6 +40,7 @@ var names = map[Component]string{
 	ComponentScheduler:              "kube-scheduler",
 	ComponentCloudControllerManager: "cloud-controller-manager",
 	ComponentKwok:                   "kwok",
+	ComponentGuest:                  "guest",
 }
 
 func (c Component) String() string {

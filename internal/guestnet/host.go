@@ -1,0 +1,259 @@
+package guestnet
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Network is one cluster's guest network as it stands on the host.
+type Network struct {
+	Bridge, Chain string
+	Subnet        netip.Prefix
+	Gateway       netip.Addr
+}
+
+// lockPath serialises subnet choices of every provider on the host: two choosing at once
+// could both find the same /24 free.
+const lockPath = "/run/socialweb-kcp/guestnet.lock"
+
+// Ensure makes the cluster's bridge when it has none (a /24 of pool that overlaps no
+// address or route of the host, chosen under a host-wide lock), and writes its chain for
+// the apiserver's port. Ensuring again is cheap and rewrites the chain.
+func Ensure(ctx context.Context, dataDir string, pool netip.Prefix, port int) (Network, error) {
+	unlock, err := lock()
+	if err != nil {
+		return Network{}, err
+	}
+	defer unlock()
+	n := Network{Bridge: BridgeName(dataDir), Chain: ChainName(dataDir)}
+	if sub, ok := bridgeSubnet(n.Bridge); ok {
+		n.Subnet = sub
+	} else {
+		used, err := hostPrefixes()
+		if err != nil {
+			return Network{}, err
+		}
+		if n.Subnet, err = PickSubnet(pool, used); err != nil {
+			return Network{}, err
+		}
+		gw := netip.PrefixFrom(Gateway(n.Subnet), 24)
+		for _, args := range [][]string{
+			{"link", "add", n.Bridge, "type", "bridge"},
+			{"addr", "add", gw.String(), "dev", n.Bridge},
+			{"link", "set", n.Bridge, "up"},
+		} {
+			if err := run(ctx, "ip", args...); err != nil {
+				run(context.WithoutCancel(ctx), "ip", "link", "del", n.Bridge)
+				return Network{}, err
+			}
+		}
+	}
+	n.Gateway = Gateway(n.Subnet)
+	// The apiserver listens on loopback; a guest's connection to the gateway is NATed
+	// there, which the kernel allows only on an interface with route_localnet.
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+n.Bridge+"/route_localnet", []byte("1"), 0o644); err != nil {
+		return Network{}, fmt.Errorf("bridge %s: %w", n.Bridge, err)
+	}
+	if err := writeChain(ctx, n, port); err != nil {
+		return Network{}, err
+	}
+	return n, nil
+}
+
+func writeChain(ctx context.Context, n Network, port int) error {
+	for table, rules := range map[string][][]string{"filter": Rules(n.Bridge, port), "nat": NATRules(n.Bridge, n.Gateway, port)} {
+		if !chainExists(ctx, table, n.Chain) {
+			if err := run(ctx, "iptables", "-w", "-t", table, "-N", n.Chain); err != nil {
+				return err
+			}
+		}
+		if err := run(ctx, "iptables", "-w", "-t", table, "-F", n.Chain); err != nil {
+			return err
+		}
+		for _, r := range rules {
+			if err := run(ctx, "iptables", append([]string{"-w", "-t", table, "-A", n.Chain}, r...)...); err != nil {
+				return err
+			}
+		}
+	}
+	for _, j := range Jumps(n.Bridge, n.Chain) {
+		rule := append([]string{"-w", "-t", j[0]}, append([]string{"-C"}, j[1:]...)...)
+		if run(ctx, "iptables", rule...) == nil {
+			continue
+		}
+		if err := run(ctx, "iptables", append([]string{"-w", "-t", j[0], "-I"}, j[1:]...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func chainExists(ctx context.Context, table, chain string) bool {
+	return run(ctx, "iptables", "-w", "-t", table, "-n", "-L", chain) == nil
+}
+
+// Attach makes guest's veth: the host end on the bridge, the other end moved into the
+// network namespace of pid (the guest's init, which renames it eth0).
+func Attach(ctx context.Context, n Network, host, guest string, pid int) error {
+	if err := run(ctx, "ip", "link", "add", host, "type", "veth", "peer", "name", guest); err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"link", "set", host, "master", n.Bridge},
+		{"link", "set", host, "up"},
+		{"link", "set", guest, "netns", strconv.Itoa(pid)},
+	} {
+		if err := run(ctx, "ip", args...); err != nil {
+			Detach(context.WithoutCancel(ctx), host)
+			return err
+		}
+	}
+	return nil
+}
+
+// Detach deletes a guest's veth by its host end (both ends go); one already gone (its
+// namespace died with the guest) is no error.
+func Detach(ctx context.Context, host string) error {
+	if _, err := net.InterfaceByName(host); err != nil {
+		return nil
+	}
+	return run(ctx, "ip", "link", "del", host)
+}
+
+// Remove takes the cluster's guest network away: the jumps, the chains and the bridge.
+// What is already gone is no error.
+func Remove(ctx context.Context, dataDir string) error {
+	bridge, chain := BridgeName(dataDir), ChainName(dataDir)
+	var errs []error
+	for _, j := range Jumps(bridge, chain) {
+		for run(ctx, "iptables", append([]string{"-w", "-t", j[0], "-D"}, j[1:]...)...) == nil {
+		}
+	}
+	for _, table := range []string{"filter", "nat"} {
+		if chainExists(ctx, table, chain) {
+			errs = append(errs, run(ctx, "iptables", "-w", "-t", table, "-F", chain), run(ctx, "iptables", "-w", "-t", table, "-X", chain))
+		}
+	}
+	if _, err := net.InterfaceByName(bridge); err == nil {
+		errs = append(errs, run(ctx, "ip", "link", "del", bridge))
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers names every link and iptables chain of this package on the host: after the
+// last cluster's teardown there must be none.
+func Leftovers(ctx context.Context) ([]string, error) {
+	var out []string
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range ifs {
+		for _, p := range []string{BridgePrefix, HostPrefix, GuestPrefix} {
+			if strings.HasPrefix(i.Name, p) {
+				out = append(out, "link "+i.Name)
+			}
+		}
+	}
+	for _, table := range []string{"filter", "nat"} {
+		b, err := exec.CommandContext(ctx, "iptables", "-w", "-t", table, "-S").Output()
+		if err != nil {
+			continue // no iptables: nothing of ours can be there either
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, " "+ChainPrefix) || strings.HasPrefix(line, "-N "+ChainPrefix) {
+				out = append(out, table+": "+line)
+			}
+		}
+	}
+	return out, nil
+}
+
+func bridgeSubnet(bridge string) (netip.Prefix, bool) {
+	i, err := net.InterfaceByName(bridge)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	addrs, _ := i.Addrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			return p.Masked(), true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// hostPrefixes is every IPv4 address (as its prefix) and main-table route of the host.
+func hostPrefixes() ([]netip.Prefix, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			out = append(out, p.Masked())
+		}
+	}
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 8 || fields[0] == "Iface" {
+			continue
+		}
+		dst, err1 := hex.DecodeString(fields[1])
+		mask, err2 := hex.DecodeString(fields[7])
+		if err1 != nil || err2 != nil || len(dst) != 4 || len(mask) != 4 {
+			continue
+		}
+		bits := 0
+		for m := binary.LittleEndian.Uint32(mask); m != 0; m >>= 1 {
+			bits += int(m & 1)
+		}
+		if bits == 0 {
+			continue // the default route overlaps everything; it is no clash
+		}
+		// The kernel prints the address as a host-order (little-endian) number.
+		out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte{dst[3], dst[2], dst[1], dst[0]}), bits).Masked())
+	}
+	return out, sc.Err()
+}
+
+func lock() (func(), error) {
+	if err := os.MkdirAll("/run/socialweb-kcp", 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
