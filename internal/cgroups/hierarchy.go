@@ -21,6 +21,7 @@ type Hierarchy struct {
 	Version Version
 	dirs    map[string]string // v1: controller → the subtree's directory; v2: "" → it
 	mount   string            // where the hierarchies are mounted, e.g. /sys/fs/cgroup
+	own     map[string]string // the provider's own cgroup path, by controller (v1)
 	subtree string
 }
 
@@ -40,7 +41,7 @@ func Detect(mount, subtree string) (*Hierarchy, error) {
 		}
 		return &Hierarchy{Version: V2, dirs: map[string]string{"": filepath.Join(base, subtree)}, mount: mount, subtree: subtree}, nil
 	}
-	h := &Hierarchy{Version: V1, dirs: map[string]string{}, mount: mount, subtree: subtree}
+	h := &Hierarchy{Version: V1, dirs: map[string]string{}, mount: mount, own: own, subtree: subtree}
 	for _, c := range Controllers {
 		path, ok := own[c]
 		if _, err := os.Stat(filepath.Join(mount, c, "cgroup.procs")); !ok || err != nil {

@@ -41,7 +41,6 @@ func (g *Group) dirIn(name string) string {
 	return filepath.Join(g.h.mount, name, g.KubeletRoot())
 }
 
-
 // PrepareForKubelet makes g in every v1 hierarchy, not only the ones the provider limits
 // with: a kubelet refuses a cgroupRoot missing from a hierarchy it uses. cpuset's CPUs
 // and memory nodes are copied down each new level, which the kernel leaves empty. On v2
@@ -114,12 +113,20 @@ func (g *Group) RemoveEverywhere() error {
 				break
 			}
 		}
-		// Its parents up to the provider's subtree (socialweb-kcp-<hash>) exist there only
-		// for the kubelet's sake: the last guest's removal takes them, the subtree
-		// included (an rmdir of a parent another guest still uses fails, and stops the
-		// climb). Nothing above the subtree is touched: it is not the provider's.
-		for d := filepath.Dir(g.dirIn(name)); strings.Contains(d, string(filepath.Separator)+g.h.subtree); d = filepath.Dir(d) {
-			if os.Remove(d) != nil || filepath.Base(d) == g.h.subtree {
+		// Its parents there exist only for the kubelet's sake where they are not the
+		// provider's own cgroup or above it: the last guest's removal takes them, the
+		// subtree included, and on a host where the provider sits at another path in this
+		// hierarchy, the levels PrepareForKubelet made for KubeletRoot. An rmdir of a
+		// parent another guest still uses fails, and stops the climb.
+		own := filepath.Join(g.h.mount, name, g.h.own[name], g.h.own["name="+name])
+		if name == "unified" {
+			own = filepath.Join(g.h.mount, name, g.h.own[""])
+		}
+		if slices.Contains(Controllers, name) {
+			own = g.h.dirs[name] // the subtree: Prune takes it with the last cluster
+		}
+		for d := filepath.Dir(g.dirIn(name)); d != own && !strings.HasPrefix(own, d+string(filepath.Separator)) && d != filepath.Join(g.h.mount, name); d = filepath.Dir(d) {
+			if os.Remove(d) != nil {
 				break
 			}
 		}

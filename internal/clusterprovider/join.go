@@ -93,5 +93,8 @@ func bootstrapJoinRBAC(client kubernetes.Interface) procgroup.Gate {
 		bind("socialweb:node-bootstrapper", "system:node-bootstrapper", bootstrappers),
 		bind("socialweb:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrappers),
 		bind("socialweb:node-autoapprove-renewal", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", nodes),
+		// A real guest's kube-proxy runs as its Node: it may watch Services, EndpointSlices
+		// and Nodes and record events, nothing else (the built-in system:node-proxier).
+		bind("socialweb:node-proxier", "system:node-proxier", nodes),
 	)
 }

@@ -55,23 +55,23 @@ type placer interface {
 
 // addGuest lists g in nodes.json before it creates it (invariant 10), so the CCM never
 // sees its Node unlisted; a creation that fails is unlisted again.
-func addGuest(ctx context.Context, snap snapshot, guests Guests, g nodeprovider.Guest) error {
+func addGuest(ctx context.Context, snap snapshot, guests Guests, g nodeprovider.Guest) (nodeprovider.Guest, error) {
 	if p, ok := guests.(placer); ok && !g.InternalIP.IsValid() {
 		var err error
 		if g, err = p.Place(ctx, g); err != nil {
-			return fmt.Errorf("node %s: %w", g.Name, err)
+			return g, fmt.Errorf("node %s: %w", g.Name, err)
 		}
 	}
 	if err := snap.PutInstance(instanceOf(g)); err != nil {
-		return fmt.Errorf("node %s: list it in nodes.json: %w", g.Name, err)
+		return g, fmt.Errorf("node %s: list it in nodes.json: %w", g.Name, err)
 	}
 	if err := guests.Create(ctx, g); err != nil {
 		if uerr := snap.RemoveInstance(g.Name); uerr != nil {
-			return fmt.Errorf("node %s: %w; and unlisting it failed, so its entry stays: %v", g.Name, err, uerr)
+			return g, fmt.Errorf("node %s: %w; and unlisting it failed, so its entry stays: %v", g.Name, err, uerr)
 		}
-		return fmt.Errorf("node %s: %w", g.Name, err)
+		return g, fmt.Errorf("node %s: %w", g.Name, err)
 	}
-	return nil
+	return g, nil
 }
 
 // removeGuest drains g's Node, deletes the guest, and only once the guest is gone removes
@@ -164,7 +164,7 @@ func (c *Cluster) StartNodeOf(ctx context.Context, nodeID, kind string) (nodepro
 	if err != nil {
 		return g, err
 	}
-	return g, addGuest(ctx, c, guests, g)
+	return addGuest(ctx, c, guests, g)
 }
 
 // nodeState reports whether the Node name is registered, and whether it is Ready and

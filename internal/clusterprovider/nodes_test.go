@@ -62,7 +62,7 @@ func TestAGuestIsListedBeforeItIsCreated(t *testing.T) {
 	c := snapCluster(t)
 	f := &fakeGuests{c: c}
 	g, _ := nodeprovider.NewGuest("demo", "n1")
-	if err := addGuest(context.Background(), c, f, g); err != nil {
+	if _, err := addGuest(context.Background(), c, f, g); err != nil {
 		t.Fatal(err)
 	}
 	if !f.listedAtCreate {
@@ -78,7 +78,7 @@ func TestAFailedCreationIsUnlistedAgain(t *testing.T) {
 	boom := errors.New("no capacity")
 	f := &fakeGuests{c: c, failCreate: boom}
 	g, _ := nodeprovider.NewGuest("demo", "n1")
-	if err := addGuest(context.Background(), c, f, g); !errors.Is(err, boom) {
+	if _, err := addGuest(context.Background(), c, f, g); !errors.Is(err, boom) {
 		t.Fatalf("addGuest = %v, want the creation's error", err)
 	}
 	if f.listed(g.Name) {

@@ -1,12 +1,14 @@
 package clusterprovider
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/guestnet"
 	"socialweb.computer/kcp/internal/leftovers"
 	"socialweb.computer/kcp/internal/parallel"
 	"socialweb.computer/kcp/internal/procgroup"
@@ -30,7 +32,16 @@ func (p *Provider) LeftoversOf(name string) (leftovers.Leftovers, error) {
 }
 
 func (p *Provider) leftoverScope(dir string, leased func(holder string) bool) leftovers.Scope {
-	s := leftovers.Scope{Dir: dir, Programs: p.RequiredBinaries(), Book: p.book.Path(), Ports: p.cfg.Ports, Leased: leased}
+	// A real guest's init names its DataDir; what it started dies with its PID namespace.
+	programs := append(p.RequiredBinaries(), filepath.Join(p.cfg.BinDir, "socialweb-guest"))
+	s := leftovers.Scope{Dir: dir, Programs: programs, Book: p.book.Path(), Ports: p.cfg.Ports, Leased: leased}
+	s.Network = func() ([]string, error) {
+		dirs := []string{dir}
+		if dir == p.cfg.DataRoot {
+			dirs, _ = filepath.Glob(filepath.Join(p.cfg.DataRoot, "clusters", "*"))
+		}
+		return guestnet.LeftoversOf(context.Background(), dirs...)
+	}
 	if h := p.cfg.Cgroups; h != nil {
 		s.Cgroups = h.Groups
 		if dir != p.cfg.DataRoot { // one cluster's: its group alone

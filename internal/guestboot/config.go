@@ -166,3 +166,26 @@ registerNode: true
 	}
 	return []byte(b.String())
 }
+
+// KubeProxyConfig is the guest image's kube-proxy: iptables mode, as the Node's own
+// identity (the kubelet's kubeconfig; the provider binds system:node-proxier to
+// system:nodes), answering health and metrics on the guest's loopback only. maxPerCore 0
+// leaves conntrack's table size, a host-wide setting, alone. masqueradeAll is for a host
+// without br_netfilter, where a Service's answer from a pod on the same bridge would
+// otherwise bypass the NAT that sent it there.
+func KubeProxyConfig(c Config, kubeconfig string, masqueradeAll bool) []byte {
+	return []byte(fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+hostnameOverride: %s
+clusterCIDR: %s
+clientConnection:
+  kubeconfig: %s
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack:
+  maxPerCore: 0
+iptables:
+  masqueradeAll: %t
+`, c.Name, c.ClusterPodCIDR.Masked(), kubeconfig, masqueradeAll))
+}

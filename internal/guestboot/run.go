@@ -77,6 +77,22 @@ func Run(ctx context.Context, c Config, log io.Writer) error {
 			return err
 		}
 	}
+	// kube-proxy runs as the Node, so it starts once the kubelet has its identity (TLS
+	// bootstrapping writes the kubeconfig), as kubeadm's DaemonSet would start only on a
+	// registered Node.
+	go func() {
+		if err := waitFile(ctx, KubeletKubeconfigPath, 5*time.Minute); err != nil {
+			logf("guest %s: kube-proxy not started: %v", c.Name, err)
+			return
+		}
+		if err := keepServerName(KubeletKubeconfigPath, BootstrapKubeconfigPath); err != nil {
+			logf("guest %s: kube-proxy not started: %v", c.Name, err)
+			return
+		}
+		if err := s.start(ctx, "kube-proxy"); err != nil && ctx.Err() == nil {
+			logf("guest %s: %v", c.Name, err)
+		}
+	}()
 	logf("guest %s: up", c.Name)
 	<-ctx.Done()
 	logf("guest %s: stopping", c.Name)
@@ -189,6 +205,9 @@ func network(ctx context.Context, c Config, r *reaper) error {
 			return err
 		}
 	}
+	// Bridged pod traffic through iptables, so a Service's answer from a pod on the same
+	// bridge is un-NATed; without br_netfilter, kube-proxy masquerades instead.
+	os.WriteFile(brNetfilter, []byte("1"), 0o644)
 	return nil
 }
 
@@ -201,12 +220,39 @@ func writeImageFiles(c Config) error {
 		ContainerdConfigPath: ContainerdConfig(PauseImage, false),
 		CNIConfigPath:        CNIConfig(c.PodCIDR),
 		KubeletConfigPath:    KubeletConfig(c, "/etc/kubernetes/pki/ca.crt", v1),
+		KubeProxyConfigPath:  KubeProxyConfig(c, KubeletKubeconfigPath, !exists(brNetfilter)),
 	} {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+const brNetfilter = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+// KubeletKubeconfigPath is where the kubelet writes its kubeconfig once bootstrapped
+// (nodejoin.GuestKubeconfigPath: the user data's --kubeconfig).
+const KubeletKubeconfigPath = "/etc/kubernetes/kubelet.conf"
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func waitFile(ctx context.Context, path string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for !exists(path) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not there after %s", path, d)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	return nil

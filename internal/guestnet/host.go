@@ -151,6 +151,25 @@ func Remove(ctx context.Context, dataDir string) error {
 	return errors.Join(errs...)
 }
 
+// LeftoversOf names what is left of the guest networks of the clusters whose DataDirs are
+// dataDirs: their bridges, with any veth still on them, and their chains.
+func LeftoversOf(ctx context.Context, dataDirs ...string) ([]string, error) {
+	all, err := Leftovers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range dataDirs {
+		bridge, chain := BridgeName(d), ChainName(d)
+		for _, l := range all {
+			if strings.HasSuffix(l, " "+bridge) || strings.Contains(l, " "+chain) || strings.Contains(l, "master "+bridge) {
+				out = append(out, l)
+			}
+		}
+	}
+	return out, nil
+}
+
 // Leftovers names every link and iptables chain of this package on the host: after the
 // last cluster's teardown there must be none.
 func Leftovers(ctx context.Context) ([]string, error) {

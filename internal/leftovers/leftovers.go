@@ -19,11 +19,12 @@ type Leftovers struct {
 	Processes []processrunner.Identity
 	Leases    []portallocator.Lease
 	Cgroups   []string
+	Network   []string // real guests' bridges and iptables chains
 }
 
 // None reports whether nothing is left.
 func (l Leftovers) None() bool {
-	return len(l.Processes) == 0 && len(l.Leases) == 0 && len(l.Cgroups) == 0
+	return len(l.Processes) == 0 && len(l.Leases) == 0 && len(l.Cgroups) == 0 && len(l.Network) == 0
 }
 
 // String names each leftover so that an operator can act on it: by pid and argv, by port
@@ -39,6 +40,7 @@ func (l Leftovers) String() string {
 	for _, g := range l.Cgroups {
 		parts = append(parts, fmt.Sprintf("control group of cluster %s", g))
 	}
+	parts = append(parts, l.Network...)
 	return strings.Join(parts, "; ")
 }
 
@@ -51,6 +53,8 @@ type Scope struct {
 	Leased   func(holder string) bool // which leases count
 	// Cgroups, when set, lists the control groups left in scope.
 	Cgroups func() ([]string, error)
+	// Network, when set, lists the guest networks (bridges, chains) left in scope.
+	Network func() ([]string, error)
 }
 
 // Find reads the process table and the lease book.
@@ -68,6 +72,11 @@ func Find(s Scope) (Leftovers, error) {
 	if s.Cgroups != nil {
 		if out.Cgroups, err = s.Cgroups(); err != nil {
 			return Leftovers{}, fmt.Errorf("control groups: %w", err)
+		}
+	}
+	if s.Network != nil {
+		if out.Network, err = s.Network(); err != nil {
+			return Leftovers{}, fmt.Errorf("guest networks: %w", err)
 		}
 	}
 	for _, ls := range book.Leases() {
