@@ -75,6 +75,9 @@ type ClusterSpec struct {
 	// by the front door and carried by the apiserver's serving certificate. A name under
 	// the base domain, or one an older Cluster claims, is refused with a condition.
 	ExtraNames []string `json:"extraNames,omitempty"`
+	// Guest is the kind of guest its Nodes get when theirs is unset: "kwok" (the default)
+	// or "real".
+	Guest string `json:"guest,omitempty"`
 }
 
 // ClusterResources are a cluster's limits, as Kubernetes quantities.
@@ -116,13 +119,17 @@ type Node struct {
 type NodeSpec struct {
 	Cluster string `json:"cluster"`
 	NodeID  string `json:"nodeID"`
+	// Guest is what runs the Node: "kwok" (simulated: nothing runs) or "real" (a kubelet
+	// and containerd in namespaces of the host, running real containers). Unset takes
+	// the Cluster's spec.guest; immutable.
+	Guest string `json:"guest,omitempty"`
 }
 
 // NodeStatus is what the provider reports.
 type NodeStatus struct {
 	Phase      string `json:"phase,omitempty"`      // Pending, Joining, Ready, Removing
 	Message    string `json:"message,omitempty"`    // why it is in that phase
-	Guest      string `json:"guest,omitempty"`      // what runs it: "kwok" for a simulated guest
+	Guest      string `json:"guest,omitempty"`      // what runs it: "kwok" (simulated) or "real"
 	ProviderID string `json:"providerID,omitempty"` // the CCM's, once Ready
 }
 

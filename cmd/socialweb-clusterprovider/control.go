@@ -16,6 +16,7 @@ import (
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/instancesnapshot"
+	"socialweb.computer/kcp/internal/nodeprovider"
 )
 
 // nodeTimeout bounds one node request.
@@ -62,6 +63,14 @@ func serveControl(c *clusterprovider.Cluster) (func(), error) {
 			http.Error(w, "count: want a whole number from 1 to 100", http.StatusBadRequest)
 			return
 		}
+		guest := r.URL.Query().Get("guest")
+		if guest == "" {
+			guest = nodeprovider.KindKwok
+		}
+		if _, err := c.GuestsOf(guest); err != nil {
+			http.Error(w, "guest: "+err.Error(), http.StatusBadRequest)
+			return
+		}
 		list, err := c.Instances()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -72,7 +81,7 @@ func serveControl(c *clusterprovider.Cluster) (func(), error) {
 		out := []nodeView{}
 		for _, id := range clusterprovider.NextNodeIDs(list, count) {
 			t0 := time.Now()
-			g, err := c.AddNode(ctx, id)
+			g, err := c.AddNodeOf(ctx, id, guest)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return

@@ -1,7 +1,7 @@
 // Command socialweb-clusterprovider hosts tenant Kubernetes control planes.
 //
 //	socialweb-clusterprovider up NAME [flags]          bring one cluster up; Ctrl-C reaps it
-//	socialweb-clusterprovider nodes add NAME [COUNT]   add simulated nodes to a running cluster
+//	socialweb-clusterprovider nodes add NAME [COUNT]   add nodes (simulated, or --guest real) to a running cluster
 //	socialweb-clusterprovider nodes rm NAME ID...      drain and remove nodes
 //	socialweb-clusterprovider nodes ls NAME            list the cluster's guests
 //	socialweb-clusterprovider serve [flags]            make the Clusters declared on a front real
@@ -24,6 +24,7 @@ import (
 
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/leftovers"
+	"socialweb.computer/kcp/internal/nodeprovider"
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
@@ -71,6 +72,7 @@ type options struct {
 	rm                           bool
 	timeout                      time.Duration
 	maxNodes, podsPerNode, nodes int
+	guest                        string
 }
 
 func upCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -93,7 +95,8 @@ func upCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "bring-up deadline")
 	fs.IntVar(&o.maxNodes, "max-nodes", 0, "node quota: the CCM initializes at most this many Nodes (0: no quota)")
 	fs.IntVar(&o.podsPerNode, "pods-per-node", 0, "pods per node, published on each Node as node.socialweb.computer/pods-per-node (0: 110)")
-	fs.IntVar(&o.nodes, "nodes", 0, "simulated nodes the cluster should have once Ready (added if fewer are listed)")
+	fs.IntVar(&o.nodes, "nodes", 0, "nodes the cluster should have once Ready (added if fewer are listed)")
+	fs.StringVar(&o.guest, "guest", nodeprovider.KindKwok, "kind of guest --nodes adds: kwok (simulated) or real (containerd and a kubelet in namespaces of this host)")
 	return cmd
 }
 
@@ -107,6 +110,9 @@ func up(name string, o *options, stdout, stderr io.Writer) error {
 	}
 	if o.nodes < 0 || o.nodes > 100 {
 		return fmt.Errorf("--nodes: %d; want 0 to 100", o.nodes)
+	}
+	if o.guest != nodeprovider.KindKwok && o.guest != nodeprovider.KindReal {
+		return fmt.Errorf("--guest: %q; want %s or %s", o.guest, nodeprovider.KindKwok, nodeprovider.KindReal)
 	}
 	if o.podsPerNode < 0 {
 		return fmt.Errorf("--pods-per-node: %d is negative; want 0 (the default, 110) or more", o.podsPerNode)
@@ -160,7 +166,7 @@ func up(name string, o *options, stdout, stderr io.Writer) error {
 		}
 		for _, id := range clusterprovider.NextNodeIDs(list, max(0, o.nodes-len(list))) {
 			t1 := time.Now()
-			g, err := c.AddNode(upCtx, id)
+			g, err := c.AddNodeOf(upCtx, id, o.guest)
 			if err != nil {
 				return errors.Join(err, c.Stop())
 			}
@@ -204,6 +210,7 @@ func nodesCmd(stdout io.Writer) *cobra.Command {
 			return fmt.Errorf("usage: %s", nodesUse)
 		},
 	}
+	guest := new(string)
 	verb := func(use, short string) *cobra.Command {
 		dataRoot := new(string)
 		c := &cobra.Command{
@@ -215,19 +222,23 @@ func nodesCmd(stdout io.Writer) *cobra.Command {
 				}
 				return nil
 			},
-			RunE: func(c *cobra.Command, a []string) error { return nodes(c.Name(), a[0], a[1:], *dataRoot, stdout) },
+			RunE: func(c *cobra.Command, a []string) error {
+				return nodes(c.Name(), a[0], a[1:], *dataRoot, *guest, stdout)
+			},
 		}
 		addDataRootFlag(c.Flags(), dataRoot)
 		return c
 	}
+	add := verb("add NAME [COUNT]", "Add COUNT (1) nodes, each Ready and initialized by the CCM")
+	add.Flags().StringVar(guest, "guest", nodeprovider.KindKwok, "kind of guest: kwok (simulated) or real (containerd and a kubelet in namespaces of this host)")
 	cmd.AddCommand(
-		verb("add NAME [COUNT]", "Add COUNT (1) simulated nodes, each Ready and initialized by the CCM"),
+		add,
 		verb("rm NAME ID...", "Drain and remove nodes"),
 		verb("ls NAME", "List the cluster's guests"))
 	return cmd
 }
 
-func nodes(verb, name string, rest []string, dataRoot string, stdout io.Writer) error {
+func nodes(verb, name string, rest []string, dataRoot, guest string, stdout io.Writer) error {
 	pos := append([]string{verb, name}, rest...)
 	hc, err := controlClient(dataRoot, name)
 	if err != nil {
@@ -245,7 +256,10 @@ func nodes(verb, name string, rest []string, dataRoot string, stdout io.Writer) 
 		if n, cerr := strconv.Atoi(count); cerr != nil || n < 1 || n > 100 {
 			return fmt.Errorf("nodes add: COUNT %q: want a whole number from 1 to 100", count)
 		}
-		out, err = call(hc, "POST", "/nodes?count="+count)
+		if guest != nodeprovider.KindKwok && guest != nodeprovider.KindReal {
+			return fmt.Errorf("nodes add: --guest %q: want %s or %s", guest, nodeprovider.KindKwok, nodeprovider.KindReal)
+		}
+		out, err = call(hc, "POST", "/nodes?count="+count+"&guest="+url.QueryEscape(guest))
 	case "rm":
 		if len(pos) < 3 {
 			return fmt.Errorf("nodes rm: give the node ids to remove, for example: nodes rm %s n1", name)

@@ -19,6 +19,7 @@ import (
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/nodeprovider"
 )
 
 // waitFlags are --wait and --timeout of the commands that show a live display.
@@ -34,7 +35,7 @@ func addWaitFlags(cmd *cobra.Command, w *waitFlags, what string) {
 
 func upCmd(g *globals) *cobra.Command {
 	var (
-		account, out          string
+		account, out, guest   string
 		maxNodes, podsPerNode int32
 		nodes                 int
 		w                     waitFlags
@@ -44,10 +45,14 @@ func upCmd(g *globals) *cobra.Command {
 		Short: "Declare cluster NAME, show its bring-up, and write NAME.kubeconfig once it is Ready",
 		Example: `  socialweb-kcp up demo
   kubectl --kubeconfig demo.kubeconfig get ns
-  socialweb-kcp up big --nodes 3 --max-nodes 10 -n acme`,
+  socialweb-kcp up big --nodes 3 --max-nodes 10 -n acme
+  socialweb-kcp up web --nodes 2 --guest real`,
 		Args: cobra.MatchAll(args(1, 1, "NAME"), func(*cobra.Command, []string) error {
 			if nodes < 0 || nodes > 100 {
 				return usageError{fmt.Errorf("--nodes %d: want 0 to 100", nodes)}
+			}
+			if guest != "" && guest != nodeprovider.KindKwok && guest != nodeprovider.KindReal {
+				return usageError{fmt.Errorf("--guest %q: want %s or %s", guest, nodeprovider.KindKwok, nodeprovider.KindReal)}
 			}
 			return nil
 		}),
@@ -68,7 +73,7 @@ func upCmd(g *globals) *cobra.Command {
 			switch {
 			case apierrors.IsNotFound(err):
 				c := &v1alpha1.Cluster{TypeMeta: typeMeta("Cluster"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
-					Spec: v1alpha1.ClusterSpec{Account: account, MaxNodes: maxNodes, PodsPerNode: podsPerNode}}
+					Spec: v1alpha1.ClusterSpec{Account: account, MaxNodes: maxNodes, PodsPerNode: podsPerNode, Guest: guest}}
 				if err := f.create(ctx, c); err != nil {
 					return err
 				}
@@ -103,7 +108,7 @@ func upCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if nodes > len(have) {
-				return addNodes(ctx, f, stdout, name, nodes-len(have), w)
+				return addNodes(ctx, f, stdout, name, nodes-len(have), "", w)
 			}
 			return nil
 		},
@@ -111,7 +116,8 @@ func upCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&account, "account", "", "the account that owns the cluster (default: the namespace)")
 	cmd.Flags().Int32Var(&maxNodes, "max-nodes", 0, "node quota the CCM enforces (0: none)")
 	cmd.Flags().Int32Var(&podsPerNode, "pods-per-node", 0, "pods per node, published on each Node (0: 110)")
-	cmd.Flags().IntVar(&nodes, "nodes", 0, "simulated nodes it should have once Ready (added when fewer are declared)")
+	cmd.Flags().IntVar(&nodes, "nodes", 0, "nodes it should have once Ready (added when fewer are declared)")
+	cmd.Flags().StringVar(&guest, "guest", "", "the kind of guest its nodes get (spec.guest): kwok (simulated, the default) or real (containerd and a kubelet, running real containers)")
 	cmd.Flags().StringVar(&out, "kubeconfig-out", "", "where to write the tenant kubeconfig (default NAME.kubeconfig)")
 	addWaitFlags(cmd, &w, "the cluster is Ready")
 	return cmd

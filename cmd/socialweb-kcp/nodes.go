@@ -27,10 +27,11 @@ func nodesCmd(g *globals) *cobra.Command {
 		Short: "Add, remove and list a cluster's nodes (simulated guests, initialized by its CCM)",
 	}
 	var w waitFlags
+	var guest string
 	add := &cobra.Command{
 		Use:     "add NAME [COUNT]",
 		Short:   "Add COUNT (default 1) nodes to cluster NAME and wait until each is Ready",
-		Example: "  socialweb-kcp nodes add demo 2",
+		Example: "  socialweb-kcp nodes add demo 2\n  socialweb-kcp nodes add demo 2 --guest real",
 		Args: cobra.MatchAll(args(1, 2, "NAME [COUNT]"), func(_ *cobra.Command, a []string) error {
 			_, err := nodeCount(a)
 			return err
@@ -47,10 +48,11 @@ func nodesCmd(g *globals) *cobra.Command {
 			if _, err := f.cluster(cmd.Context(), a[0]); err != nil {
 				return err
 			}
-			return addNodes(cmd.Context(), f, cmd.OutOrStdout(), a[0], count, w)
+			return addNodes(cmd.Context(), f, cmd.OutOrStdout(), a[0], count, guest, w)
 		},
 	}
 	addWaitFlags(add, &w, "every node is Ready")
+	add.Flags().StringVar(&guest, "guest", "", "kind of guest: kwok (simulated: nothing runs) or real (containerd and a kubelet on the provider's host, running real containers); unset: the cluster's spec.guest, else kwok")
 	var rw waitFlags
 	rm := &cobra.Command{
 		Use:     "rm NAME ID...",
@@ -112,7 +114,10 @@ func nodeCount(a []string) (int, error) {
 
 // addNodes declares count Node objects for cluster under the next free ids and, with
 // --wait, shows each one's progress until all are Ready.
-func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, count int, w waitFlags) error {
+func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, count int, guest string, w waitFlags) error {
+	if guest != "" && guest != nodeprovider.KindKwok && guest != nodeprovider.KindReal {
+		return fmt.Errorf("--guest %q: want %s or %s", guest, nodeprovider.KindKwok, nodeprovider.KindReal)
+	}
 	have, err := f.nodes(ctx, cluster)
 	if err != nil {
 		return err
@@ -131,7 +136,7 @@ func addNodes(ctx context.Context, f *front, out io.Writer, cluster string, coun
 		if err != nil {
 			return err
 		}
-		n := &v1alpha1.Node{TypeMeta: typeMeta("Node"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: v1alpha1.NodeSpec{Cluster: cluster, NodeID: id}}
+		n := &v1alpha1.Node{TypeMeta: typeMeta("Node"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: v1alpha1.NodeSpec{Cluster: cluster, NodeID: id, Guest: guest}}
 		if err := f.create(ctx, n); apierrors.IsAlreadyExists(err) && tries < 10 {
 			continue
 		} else if err != nil {

@@ -78,7 +78,12 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 	}
 	status := v1alpha1.NodeStatus{Phase: string(r.Phase), Message: r.Message}
 	if o.Listed {
-		status.Guest = "kwok"
+		status.Guest = c.guestKind(n.Spec.NodeID)
+		if r.Phase == materialiser.NodeJoining && status.Message == "" {
+			if err := c.guestExited(n.Spec.NodeID); err != nil {
+				status.Message = err.Error()
+			}
+		}
 	}
 	if r.Phase == materialiser.NodeReady {
 		status.ProviderID = contract.ProviderID(n.Spec.Cluster, g.Name)
@@ -132,7 +137,7 @@ func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.
 	case materialiser.OpAddGuest:
 		ctx, cancel := c.whileRunning(ctx, nodeOpDeadline)
 		defer cancel()
-		_, err := c.StartNode(ctx, n.Spec.NodeID)
+		_, err := c.StartNodeOf(ctx, n.Spec.NodeID, guestKindOf(n, owner))
 		return err
 	case materialiser.OpRemoveGuest:
 		ctx, cancel := c.whileRunning(ctx, nodeOpDeadline)
@@ -140,6 +145,20 @@ func (l *Loop) performNode(ctx context.Context, op materialiser.Op, n *v1alpha1.
 		return c.RemoveNode(ctx, n.Spec.NodeID)
 	}
 	return fmt.Errorf("unknown node operation %s", op)
+}
+
+// guestKindOf is the kind of guest n asks for: its own spec.guest, else its Cluster's,
+// else simulated.
+func guestKindOf(n *v1alpha1.Node, owner *unstructured.Unstructured) string {
+	if n.Spec.Guest != "" {
+		return n.Spec.Guest
+	}
+	if owner != nil {
+		if k, _, _ := unstructured.NestedString(owner.Object, "spec", "guest"); k != "" {
+			return k
+		}
+	}
+	return nodeprovider.KindKwok
 }
 
 // writeNodeStatus writes status when it differs, and says whether it wrote it.

@@ -142,10 +142,22 @@ func (c *Cluster) AddNodeOf(ctx context.Context, nodeID, kind string) (nodeprovi
 	if err != nil {
 		return g, err
 	}
-	return g, poll(ctx, "node "+g.Name+" Ready and initialized", func(ctx context.Context) (bool, error) {
+	err = poll(ctx, "node "+g.Name+" Ready and initialized", func(ctx context.Context) (bool, error) {
+		if err := c.guestExited(nodeID); err != nil {
+			return false, permanentError{err}
+		}
 		_, ready, err := c.nodeState(ctx, g.Name)
 		return ready, err
 	})
+	if err != nil && kind == nodeprovider.KindReal {
+		// A real guest that never joined is taken away again: nothing of it is left.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, rerr := c.retireGuest(rctx, nodeID); rerr != nil {
+			err = fmt.Errorf("%w; and removing the guest again failed: %v", err, rerr)
+		}
+	}
+	return g, err
 }
 
 // StartNode lists the guest nodeID and creates it (idempotent), without waiting for its

@@ -278,7 +278,9 @@ type Cluster struct {
 	nodesMu sync.Mutex
 	nodes   *procgroup.Group            // the node group (kwok), started with the first simulated guest
 	guests  map[string]*procgroup.Group // each real guest's init, by node id
-	real    *nodeprovider.Real          // the provider of real guests, made at first use
+	// guestExits are the real guests whose init exited on its own, by node id.
+	guestExits map[string]procgroup.Exit
+	real       *nodeprovider.Real // the provider of real guests, made at first use
 
 	exited   chan procgroup.Exit // the first member of either group to exit on its own
 	stopping chan struct{}       // closed by Stop: the watchers end

@@ -174,8 +174,49 @@ func (c *Cluster) startGuest(ctx context.Context, g nodeprovider.Guest, argv []s
 		c.guests = map[string]*procgroup.Group{}
 	}
 	c.guests[g.NodeID] = grp
+	delete(c.guestExits, g.NodeID)
 	c.nodesMu.Unlock()
+	// A guest whose init exits is not the control plane's failure (its Node goes
+	// NotReady, as a VM's would): it is told to whoever waits for the guest to join.
+	go func() {
+		select {
+		case ex := <-grp.Exited():
+			c.nodesMu.Lock()
+			if c.guests[g.NodeID] == grp {
+				if c.guestExits == nil {
+					c.guestExits = map[string]procgroup.Exit{}
+				}
+				c.guestExits[g.NodeID] = ex
+			}
+			c.nodesMu.Unlock()
+		case <-c.stopping:
+		}
+	}()
 	return grp.Members()[0].Identity.Pid, nil
+}
+
+// guestKind is the kind of the existing guest nodeID.
+func (c *Cluster) guestKind(nodeID string) string {
+	if c.realGuests().Has(nodeID) {
+		return nodeprovider.KindReal
+	}
+	return nodeprovider.KindKwok
+}
+
+// guestExited is why the real guest nodeID's init exited, or nil while it runs (or for a
+// simulated guest).
+func (c *Cluster) guestExited(nodeID string) error {
+	c.nodesMu.Lock()
+	ex, ok := c.guestExits[nodeID]
+	c.nodesMu.Unlock()
+	if !ok {
+		return nil
+	}
+	msg := fmt.Sprintf("guest %s: its init exited (%v)", nodeID, ex.Err)
+	if len(ex.Tail) > 0 {
+		msg += ": " + ex.Tail[len(ex.Tail)-1]
+	}
+	return errors.New(msg)
 }
 
 // stopGuest stops a real guest's init, which stops its units and then everything else in

@@ -18,14 +18,21 @@ import (
 // pollInterval is how often a gate re-checks its condition.
 const pollInterval = 50 * time.Millisecond
 
-// poll calls check until it returns true or an error, or ctx ends; the last transient
-// error is reported with the deadline so a failed gate says what it last saw.
+// permanentError ends a poll at once: waiting longer cannot help.
+type permanentError struct{ error }
+
+// poll calls check until it returns true or a permanentError, or ctx ends; the last
+// transient error is reported with the deadline so a failed gate says what it last saw.
 func poll(ctx context.Context, what string, check func(ctx context.Context) (bool, error)) error {
 	var last error
 	for {
 		ok, err := check(ctx)
 		if ok {
 			return nil
+		}
+		var stop permanentError
+		if errors.As(err, &stop) {
+			return fmt.Errorf("%s: %w", what, stop.error)
 		}
 		if err != nil {
 			last = err

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"socialweb.computer/kcp/internal/guestimage"
 )
 
 // Run boots the guest and keeps its units running until ctx ends; then it stops them in
@@ -258,9 +260,8 @@ func waitFile(ctx context.Context, path string, d time.Duration) error {
 	return nil
 }
 
-// PauseImage is the sandbox image (guestimage.PauseImage; repeated so the guest's init
-// needs nothing of the image builder).
-const PauseImage = "socialweb.local/pause:1"
+// PauseImage is the sandbox image the project builds.
+const PauseImage = guestimage.PauseImage
 
 // reaper is PID 1's duty: it reaps every child, its own units' and the orphans the
 // containerd shims leave it, and hands each unit its exit status.
