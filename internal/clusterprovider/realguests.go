@@ -45,7 +45,11 @@ func (c *Cluster) realGuests() *nodeprovider.Real {
 		APIServerPort: s.APIServerPort, MaxPods: c.podsPerNode(),
 		Images: func() ([]string, error) {
 			b, err := guestimage.Build(filepath.Join(c.p.cfg.DataRoot, "images"), s.Bin("socialweb-pause"))
-			return b.Archives(), err
+			if err != nil {
+				return nil, err
+			}
+			loaded, err := loadedArchives(s.DataDir)
+			return append(b.Archives(), loaded...), err
 		},
 		Listed: func() ([]netip.Addr, error) {
 			list, err := c.Instances()
@@ -95,7 +99,7 @@ func (c *Cluster) guestGroup(nodeID string) *procgroup.Group {
 // guestOptions are a real guest's group's: its own record directory under run/guests/.
 func (p *Provider) guestOptions(s clusterstack.Spec, nodeID string) procgroup.Options {
 	o := p.groupOptions(s)
-	o.RecordDir = filepath.Join(s.Layout().RunDir(), "guests", nodeID)
+	o.RecordDir = s.Layout().GuestRunDir(nodeID)
 	o.Marker = nodeprovider.Dir(s.DataDir, nodeID) + string(filepath.Separator)
 	o.Programs = []string{s.Bin("socialweb-guest")}
 	o.Grace = realGuestGrace
@@ -106,7 +110,7 @@ func (p *Provider) guestOptions(s clusterstack.Spec, nodeID string) procgroup.Op
 // init; the kernel takes the rest of its PID namespace with it), their cgroups and the
 // cluster's guest network. Their directories stay: the guests are still listed.
 func (p *Provider) reapGuestSurvivors(s clusterstack.Spec) error {
-	ents, err := os.ReadDir(filepath.Join(s.Layout().RunDir(), "guests"))
+	ents, err := os.ReadDir(s.Layout().GuestsRunDir())
 	if os.IsNotExist(err) {
 		return nil
 	}

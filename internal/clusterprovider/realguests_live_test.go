@@ -83,8 +83,27 @@ func TestRealGuestsJoinAndRunPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
+	// An image of the tenant's own, loaded while n1 alone runs: n1 imports it now, n2
+	// when it boots. A file that is no image archive is refused and nothing is kept.
+	own := filepath.Join(t.TempDir(), "own.tar")
+	writeImage(t, own, guestimage.Image{Name: "example.local/own:1", Cmd: []string{"/bin/echo", "loaded"}, Files: guestimage.Busybox(readFile(t, guestimage.BusyboxBinary)).Files})
+	bogus := filepath.Join(t.TempDir(), "bogus.tar")
+	os.WriteFile(bogus, []byte("not a tar"), 0o600)
+
 	var guests []nodeprovider.Guest
 	for _, id := range []string{"n1", "n2"} {
+		if id == "n2" {
+			if _, err := LoadImages(ctx, c.DataDir, binDir(t), []string{own, bogus}); err == nil || !strings.Contains(err.Error(), "bogus.tar") {
+				t.Errorf("loading a bogus archive: %v, want an error naming it", err)
+			}
+			if kept, _ := filepath.Glob(filepath.Join(c.DataDir, "images", "*")); len(kept) > 0 {
+				t.Errorf("a refused load kept %v", kept)
+			}
+			loaded, err := LoadImages(ctx, c.DataDir, binDir(t), []string{own})
+			if err != nil || len(loaded) != 1 || !slices.Equal(loaded[0].Guests, []string{"n1"}) || !slices.Equal(loaded[0].Names, []string{"example.local/own:1"}) {
+				t.Fatalf("images load: %+v %v, want example.local/own:1 into n1", loaded, err)
+			}
+		}
 		t0 := time.Now()
 		g, err := c.AddNodeOf(ctx, id, nodeprovider.KindReal)
 		if err != nil {
@@ -130,6 +149,16 @@ func TestRealGuestsJoinAndRunPods(t *testing.T) {
 	must("wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/hello", "--timeout=120s")
 	if out := must("logs", "hello"); out != "hello" {
 		t.Fatalf("kubectl logs hello = %q, want hello", out)
+	}
+
+	// The loaded image runs on both guests, n2 having had it from its boot.
+	for _, g := range guests {
+		pod := "own-" + g.NodeID
+		must("run", pod, "--image=example.local/own:1", "--image-pull-policy=Never", "--restart=Never", `--overrides={"spec":{"nodeName":"`+g.Name+`"}}`)
+		must("wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/"+pod, "--timeout=120s")
+		if out := must("logs", pod); out != "loaded" {
+			t.Errorf("kubectl logs %s = %q, want loaded", pod, out)
+		}
 	}
 
 	// A web server on each guest, a client on n1, and a Service in front of the servers.
@@ -280,6 +309,27 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+func writeImage(t *testing.T, path string, img guestimage.Image) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := guestimage.Write(f, img); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // dumpGuestLogs shows the end of every log of c's real guests when the test failed.

@@ -1,6 +1,10 @@
 package clusterstack
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"socialweb.computer/kcp/internal/nodeprovider"
+)
 
 // Layout is every path under a cluster's DataDir. It is the one place that knows them.
 type Layout struct{ Root string }
@@ -11,11 +15,18 @@ func (s Spec) Layout() Layout { return Layout{Root: s.DataDir} }
 func (l Layout) path(p ...string) string { return filepath.Join(append([]string{l.Root}, p...)...) }
 
 // Directories.
-func (l Layout) PKIDir() string            { return l.path("pki") }
-func (l Layout) RunDir() string            { return l.path("run") }          // process records, kine socket
-func (l Layout) NodeRunDir() string        { return l.path("run", "nodes") } // the node group's records
-func (l Layout) LogDir() string            { return l.path("logs") }         // one log per component
-func (l Layout) PostgresDir() string       { return l.path("postgres") }     // owned by the postgres user
+func (l Layout) PKIDir() string     { return l.path("pki") }
+func (l Layout) RunDir() string     { return l.path("run") }          // process records, kine socket
+func (l Layout) NodeRunDir() string { return l.path("run", "nodes") } // the node group's records
+// GuestsRunDir holds a directory per real guest, GuestRunDir, with its group's records.
+func (l Layout) GuestsRunDir() string             { return l.path("run", "guests") }
+func (l Layout) GuestRunDir(nodeID string) string { return filepath.Join(l.GuestsRunDir(), nodeID) }
+
+// GuestsDir holds each real guest's directory; ImagesDir the archives `images load` kept.
+func (l Layout) GuestsDir() string         { return l.path(nodeprovider.GuestsDirName) }
+func (l Layout) ImagesDir() string         { return l.path("images") }
+func (l Layout) LogDir() string            { return l.path("logs") }     // one log per component
+func (l Layout) PostgresDir() string       { return l.path("postgres") } // owned by the postgres user
 func (l Layout) PostgresData() string      { return l.path("postgres", "data") }
 func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
 

@@ -56,8 +56,12 @@ type Real struct {
 // always carried, whatever address the guests reach it at.
 const ServerName = "kubernetes.default.svc"
 
+// GuestsDirName is the directory of a cluster's DataDir that holds a directory per real
+// guest (clusterstack.Layout.GuestsDir).
+const GuestsDirName = "guests"
+
 // Dir is guest nodeID's directory: its configuration, user data, state and logs.
-func Dir(dataDir, nodeID string) string { return filepath.Join(dataDir, "guests", nodeID) }
+func Dir(dataDir, nodeID string) string { return filepath.Join(dataDir, GuestsDirName, nodeID) }
 
 // Place gives g its address on the cluster's bridge (making the bridge if it is the
 // cluster's first real guest), before g is listed in nodes.json with it.
@@ -183,7 +187,7 @@ func (r *Real) cleanup(g Guest) error {
 }
 
 func (r *Real) dirs() ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(r.DataDir, "guests"))
+	entries, err := os.ReadDir(filepath.Join(r.DataDir, GuestsDirName))
 	if os.IsNotExist(err) {
 		return nil, nil
 	}

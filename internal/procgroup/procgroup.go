@@ -379,3 +379,30 @@ type record struct {
 	processrunner.Identity
 	StopSignal syscall.Signal `json:"stopSignal,omitempty"`
 }
+
+// Running lists the processes the records in recordDir name that still run as recorded
+// (same pid, start time and cmdline): what a group of an earlier or another run holds.
+func Running(recordDir string) ([]processrunner.Identity, error) {
+	ents, err := os.ReadDir(recordDir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []processrunner.Identity
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(recordDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var r record
+		if json.Unmarshal(b, &r) == nil && r.Identity.Alive() {
+			out = append(out, r.Identity)
+		}
+	}
+	return out, nil
+}
