@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,16 +15,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"socialweb.computer/kcp/internal/guestnet"
 	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/processrunner"
 )
 
-// Two clusters through the service, one with a Node: a component that dies is noticed and
-// its cluster comes back while the other is untouched; then kill -9 of the provider, a
-// restart, and both are Ready again with their data and the Node, no process twice (kwok
-// included), no port twice.
+// Two clusters through the service, one with two Nodes (a simulated guest and a real one):
+// a component that dies is noticed and its cluster comes back while the other is
+// untouched; then kill -9 of the provider, a restart, and both are Ready again with their
+// data and the Nodes, every process of the earlier run (the real guest's included) reaped,
+// no process twice (kwok and the guest included), no port twice.
 func TestTheServiceRecovers(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
+	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok", "socialweb-guest", "containerd", "kubelet", "kube-proxy")
 	root := livetest.DataRoot(t)
 	r, kubectl, _ := startServe(t, exe, bin, root, "31600-31699")
 	phase := func(name string) string { return kubectl("get", "clusters", name, "-o", "jsonpath={.status.phase}") }
@@ -58,16 +61,24 @@ apiVersion: socialweb.computer/v1alpha1
 kind: Node
 metadata: {name: two-n1, namespace: default}
 spec: {cluster: two, nodeID: n1}
+---
+apiVersion: socialweb.computer/v1alpha1
+kind: Node
+metadata: {name: two-n2, namespace: default}
+spec: {cluster: two, nodeID: n2, guest: real}
 `), 0o600)
 	kubectl("apply", "-f", manifest)
 	waitPhase("one", "Ready")
 	waitPhase("two", "Ready")
 	nodeReady := func() {
 		t.Helper()
-		eventually(t, 2*time.Minute, "Node two-n1 Ready", func() (bool, string) {
-			p := kubectl("get", "nodes.socialweb.computer", "two-n1", "-o", "jsonpath={.status.phase} {.status.providerID}")
-			return p == "Ready socialweb://two/two-n1", p
-		})
+		for _, n := range []string{"two-n1 kwok", "two-n2 real"} {
+			name, guest, _ := strings.Cut(n, " ")
+			eventually(t, 2*time.Minute, "Node "+name+" Ready", func() (bool, string) {
+				p := kubectl("get", "nodes.socialweb.computer", name, "-o", "jsonpath={.status.phase} {.status.providerID} {.status.guest}")
+				return p == "Ready socialweb://two/"+name+" "+guest, p
+			})
+		}
 	}
 	nodeReady()
 	ctx := context.Background()
@@ -102,7 +113,7 @@ spec: {cluster: two, nodeID: n1}
 
 	parent := t
 	t.Run("kill -9 of the provider, then a restart", func(t *testing.T) {
-		programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "kine"), apiserver, filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
+		programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "socialweb-guest"), filepath.Join(bin, "kine"), apiserver, filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
 		before, _ := processrunner.FindByMarker(root+"/", programs)
 		r.Cmd.Process.Signal(syscall.SIGKILL)
 		r.Cmd.Wait()
@@ -113,9 +124,11 @@ spec: {cluster: two, nodeID: n1}
 		waitPhase("one", "Ready")
 		waitPhase("two", "Ready")
 		nodeReady()
-		n, err := tenant("two").CoreV1().Nodes().Get(ctx, "two-n1", metav1.GetOptions{})
-		if err != nil || n.Spec.ProviderID != "socialweb://two/two-n1" {
-			t.Errorf("the tenant's Node two-n1 after the crash: %v", err)
+		for _, name := range []string{"two-n1", "two-n2"} {
+			n, err := tenant("two").CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || n.Spec.ProviderID != "socialweb://two/"+name {
+				t.Errorf("the tenant's Node %s after the crash: %v", name, err)
+			}
 		}
 		for _, id := range before {
 			if id.Alive() {
@@ -145,7 +158,10 @@ spec: {cluster: two, nodeID: n1}
 	r.Cmd.Process.Signal(syscall.SIGINT)
 	r.WaitLine(t, "stopped; nothing is running")
 	r.Cmd.Wait()
-	if left, _ := processrunner.FindByMarker(root+"/", []string{apiserver, filepath.Join(bin, "kine")}); len(left) != 0 {
+	if left, _ := processrunner.FindByMarker(root+"/", []string{apiserver, filepath.Join(bin, "kine"), filepath.Join(bin, "socialweb-guest")}); len(left) != 0 {
 		t.Fatalf("left running: %v", left)
+	}
+	if left, _ := guestnet.Leftovers(ctx); len(left) != 0 {
+		t.Fatalf("guest networks left: %v", left)
 	}
 }
