@@ -31,20 +31,21 @@ import (
 	"socialweb.computer/kcp/internal/guestnet"
 	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/nodeprovider"
+	"socialweb.computer/kcp/internal/portallocator"
 )
 
 // realProvider is a live provider with control groups, which real guests need, and the
 // guest binaries installed.
-func realProvider(t *testing.T) *Provider {
+func realProvider(t *testing.T, opts ...func(*Config)) *Provider {
 	t.Helper()
 	var h *cgroups.Hierarchy
-	p, _ := liveProvider(t, func(c *Config) {
+	p, _ := liveProvider(t, append(opts, func(c *Config) {
 		var err error
 		if h, err = cgroups.Detect(cgroups.Mount, CgroupSubtree(c.DataRoot)); err != nil {
 			livetest.Need(t, err.Error())
 		}
 		c.Cgroups = h
-	})
+	})...)
 	for _, b := range GuestBinaries {
 		if _, err := os.Stat(filepath.Join(p.cfg.BinDir, b)); err != nil {
 			livetest.Need(t, b+" is not installed; run "+InstallHint)
@@ -235,8 +236,15 @@ func TestRealGuestsJoinAndRunPods(t *testing.T) {
 		t.Errorf("the join token listing Pods: %v, want Forbidden", err)
 	}
 
-	// Another cluster's guest reaches neither the guests nor the pods of this one.
-	o := up(t, p, "other")
+	// Another cluster's guest reaches neither the guests nor the pods of this one. Its
+	// provider runs the same binaries through a directory of links, so that one can go.
+	links := t.TempDir()
+	ents, _ := os.ReadDir(binDir(t))
+	for _, e := range ents {
+		os.Symlink(filepath.Join(binDir(t), e.Name()), filepath.Join(links, e.Name()))
+	}
+	p2 := realProvider(t, func(cfg *Config) { cfg.BinDir, cfg.Ports = links, portallocator.Range{First: 31200, Last: 31299} })
+	o := up(t, p2, "other")
 	t.Cleanup(func() { dumpGuestLogs(t, o) })
 	if _, err := o.AddNodeOf(ctx, "o1", nodeprovider.KindReal); err != nil {
 		t.Fatalf("add real guest o1 to other: %v", err)
@@ -250,6 +258,21 @@ func TestRealGuestsJoinAndRunPods(t *testing.T) {
 	}
 	if out, _ := kubectl(t, o, "logs", "probe"); strings.Contains(out, "web-n2") || strings.Contains(out, "HTTP/") || !strings.Contains(out, "done") {
 		t.Errorf("a pod of another cluster reached this one's: %q", out)
+	}
+	// A guest whose kubelet is missing: a clear error naming it, the guest unlisted again,
+	// nothing of it left, the cluster's other guest untouched.
+	os.Remove(filepath.Join(links, "kubelet"))
+	if _, err := o.AddNodeOf(ctx, "o2", nodeprovider.KindReal); err == nil || !strings.Contains(err.Error(), "kubelet") || !strings.Contains(err.Error(), "install-components") {
+		t.Errorf("adding a guest without a kubelet: %v, want an error naming it and the install command", err)
+	}
+	if list, _ := o.Instances(); len(list) != 1 || list[0].NodeID != "o1" {
+		t.Errorf("other's nodes.json after the failed add: %+v, want o1 alone", list)
+	}
+	if _, err := os.Stat(nodeprovider.Dir(o.DataDir, "o2")); !os.IsNotExist(err) {
+		t.Errorf("the failed guest's directory is there: %v", err)
+	}
+	if _, err := net.InterfaceByName(guestnet.BridgeName(o.DataDir)); err != nil {
+		t.Errorf("other's bridge went with the failed guest, o1 still uses it: %v", err)
 	}
 
 	// Removing n2 moves its pods to n1; nothing of n2 is left.
