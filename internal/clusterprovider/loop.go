@@ -482,8 +482,9 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 		o.LastActive, o.Connections = l.Activity.Activity(cl.Name)
 		o.CreateAsleep = cl.Spec.CreateAsleep
 		o.Datastore = l.P.HasDatastore(cl.Name)
-		// Every guest is simulated today (kwok): none keeps a cluster awake. Real guests
-		// (issue 10) will count in o.RealNodes.
+		// A real guest keeps its cluster awake: its kubelet and pods would lose their
+		// apiserver. Simulated ones do not.
+		o.RealNodes = realGuestCount(l.P.DataDir(cl.Name))
 	}
 	dir := l.P.DataDir(cl.Name)
 	_, err := os.Stat(dir)

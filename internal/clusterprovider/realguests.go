@@ -294,3 +294,16 @@ func (c *Cluster) stopRealGuests() error {
 	errs = append(errs, guestnet.Remove(context.Background(), c.Spec.DataDir))
 	return errors.Join(errs...)
 }
+
+// realGuestCount is how many real guests the cluster whose DataDir is dataDir has (each
+// has a directory until its removal).
+func realGuestCount(dataDir string) int {
+	ents, _ := os.ReadDir(clusterstack.Layout{Root: dataDir}.GuestsDir())
+	n := 0
+	for _, e := range ents {
+		if e.IsDir() {
+			n++
+		}
+	}
+	return n
+}
