@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/guestimage"
+	"socialweb.computer/kcp/internal/guestnet"
 	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
@@ -27,7 +30,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	programs := lookup.RequiredBinaries()
+	programs := append(lookup.RequiredBinaries(), filepath.Join(bin, "socialweb-guest"))
 	for _, b := range append(programs, filepath.Join(bin, "kubectl")) {
 		if _, err := os.Stat(b); err != nil {
 			livetest.Need(t, b+" is not installed; run deploy/install-components.sh")
@@ -241,6 +244,46 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		return strings.Contains(out, "demo-n1  n1  Ready"), out
 	})
 
+	// A real guest: a pod that runs and prints, its logs, exec into another, and an image
+	// of the tenant's own loaded into the guest.
+	if out := must("nodes", "add", "demo", "--guest", "real"); !strings.Contains(out, "Ready in cluster demo: demo-n2") {
+		t.Fatalf("nodes add demo --guest real: %s", out)
+	}
+	phase := func(pod string) func() (bool, string) {
+		return func() (bool, string) {
+			p := strings.TrimSpace(kubectl("get", "pod", pod, "-o", "jsonpath={.status.phase}"))
+			return p == "Succeeded", p
+		}
+	}
+	kubectl("run", "hello", "--image="+guestimage.BusyboxImage, "--restart=Never", "--", "echo", "hello")
+	livetest.Eventually(t, 2*time.Minute, "pod hello Succeeded", phase("hello"))
+	if got := strings.TrimSpace(kubectl("logs", "hello")); got != "hello" {
+		t.Errorf("kubectl logs hello: %q", got)
+	}
+	kubectl("run", "shell", "--image="+guestimage.BusyboxImage, "--", "sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait")
+	kubectl("wait", "--for=condition=Ready", "pod/shell", "--timeout=120s")
+	if got := strings.TrimSpace(kubectl("exec", "shell", "--", "hostname")); got != "shell" {
+		t.Errorf("kubectl exec shell -- hostname: %q", got)
+	}
+	bb, err := os.ReadFile(guestimage.BusyboxBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := os.Create(filepath.Join(work, "app.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	guestimage.Write(app, guestimage.Image{Name: "example.local/app:1", Cmd: []string{"/bin/echo", "from app"}, Files: guestimage.Busybox(bb).Files})
+	app.Close()
+	if out := must("images", "load", "demo", "app.tar", "--data-root", root); !strings.Contains(out, "example.local/app:1 loaded into n2") {
+		t.Errorf("images load: %s", out)
+	}
+	kubectl("run", "app", "--image=example.local/app:1", "--image-pull-policy=Never", "--restart=Never")
+	livetest.Eventually(t, 2*time.Minute, "pod app Succeeded", phase("app"))
+	if got := strings.TrimSpace(kubectl("logs", "app")); got != "from app" {
+		t.Errorf("kubectl logs app: %q", got)
+	}
+
 	t0 = time.Now()
 	out = must("down", "demo")
 	t.Logf("down demo: gone in %.2fs", time.Since(t0).Seconds())
@@ -254,6 +297,9 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	}
 	if left, _ := processrunner.FindByMarker(dataDir+"/", programs); len(left) != 0 {
 		t.Errorf("processes survived down: %v", left)
+	}
+	if left, _ := guestnet.LeftoversOf(context.Background(), dataDir); len(left) != 0 {
+		t.Errorf("the real guest's network survived down: %v", left)
 	}
 	if _, stderr, _ := kcp("ls"); !strings.Contains(stderr, "no clusters") {
 		t.Errorf("ls after down: %q", stderr)
