@@ -136,6 +136,11 @@ func fill(ctx context.Context, p *clusterprovider.Provider, n, max int, reserve 
 		cancel()
 		if err != nil {
 			fmt.Printf("stopped: add %d failed: %v\n", added+1, err)
+			logs, _ := filepath.Glob(filepath.Join(c.DataDir, "logs", "guest.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				fmt.Printf("--- %s\n%s\n", l, b)
+			}
 			break
 		}
 		added++

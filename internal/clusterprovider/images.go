@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 
-	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/guestboot"
 	"socialweb.computer/kcp/internal/guestimage"
@@ -48,13 +47,18 @@ func LoadImages(ctx context.Context, dataDir, binDir string, files []string) ([]
 		return nil, err
 	}
 	for i, f := range files {
-		kept, err := keepArchive(dir, f)
+		kept, fresh, err := keepArchive(dir, f)
 		if err != nil {
 			return out, err
 		}
 		for _, id := range sortedKeys(running) {
 			sock := filepath.Join("/proc", strconv.Itoa(running[id]), "root", guestboot.ContainerdSocket)
 			if err := guestimage.Import(ctx, filepath.Join(binDir, "ctr"), sock, kept); err != nil {
+				// An archive containerd refuses would fail every later guest's boot: it
+				// is not kept.
+				if fresh {
+					os.Remove(kept)
+				}
 				return out, fmt.Errorf("guest %s: %w", id, err)
 			}
 			out[i].Guests = append(out[i].Guests, id)
@@ -64,29 +68,35 @@ func LoadImages(ctx context.Context, dataDir, binDir string, files []string) ([]
 }
 
 // keepArchive copies f into dir under its content's digest (a second load of the same
-// file is the same copy), 0600, atomically.
-func keepArchive(dir, f string) (string, error) {
+// file is the same copy), 0600, streamed through a temporary file and renamed; fresh says
+// whether this call made it.
+func keepArchive(dir, f string) (path string, fresh bool, err error) {
 	in, err := os.Open(f)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer in.Close()
+	tmp, err := os.CreateTemp(dir, ".load-*")
+	if err != nil {
+		return "", false, err
+	}
+	defer os.Remove(tmp.Name()) // gone once renamed
+	defer tmp.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, in); err != nil {
-		return "", err
+	if _, err := io.Copy(io.MultiWriter(tmp, h), in); err != nil {
+		return "", false, fmt.Errorf("%s: %w", f, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return "", false, err
 	}
 	dst := filepath.Join(dir, hex.EncodeToString(h.Sum(nil))[:16]+".tar")
 	if _, err := os.Stat(dst); err == nil {
-		return dst, nil
+		return dst, false, nil
 	}
-	if _, err := in.Seek(0, io.SeekStart); err != nil {
-		return "", err
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", false, err
 	}
-	b, err := io.ReadAll(in)
-	if err != nil {
-		return "", err
-	}
-	return dst, atomicfile.WriteFile(dst, b, 0o600)
+	return dst, true, nil
 }
 
 // loadedArchives are the archives `images load` kept for the cluster, for a guest's boot.

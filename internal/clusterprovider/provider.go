@@ -280,7 +280,9 @@ type Cluster struct {
 	guests  map[string]*procgroup.Group // each real guest's init, by node id
 	// guestExits are the real guests whose init exited on its own, by node id.
 	guestExits map[string]procgroup.Exit
-	real       *nodeprovider.Real // the provider of real guests, made at first use
+	// guestsClosed is set by Stop when it lists the real guests to stop: none starts after.
+	guestsClosed bool
+	real         *nodeprovider.Real // the provider of real guests, made at first use
 
 	exited   chan procgroup.Exit // the first member of either group to exit on its own
 	stopping chan struct{}       // closed by Stop: the watchers end

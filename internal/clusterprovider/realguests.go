@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -143,6 +145,9 @@ func (c *Cluster) startGuest(ctx context.Context, g nodeprovider.Guest, argv []s
 			return 0, err
 		}
 	}
+	if err := raiseInotifyLimits(); err != nil {
+		return 0, err
+	}
 	system := c.p.cfg.Cgroups.Group(c.Name, "nodes", g.NodeID, "system")
 	pods := c.p.cfg.Cgroups.Group(c.Name, "nodes", g.NodeID, "pods")
 	if err := system.Create(cgroups.Limits{}); err != nil {
@@ -169,11 +174,20 @@ func (c *Cluster) startGuest(ctx context.Context, g nodeprovider.Guest, argv []s
 	if err := os.MkdirAll(opts.RecordDir, 0o700); err != nil {
 		return 0, err
 	}
+	if c.guestGroup(g.NodeID) != nil {
+		return 0, fmt.Errorf("guest %s runs already", g.Name)
+	}
 	grp, err := procgroup.Spawn(ctx, opts, []procgroup.Step{step})
 	if err != nil {
 		return 0, err
 	}
+	// A Stop that began while this guest was starting has already stopped the guests it
+	// knew of: this one goes at once rather than outlive its cluster.
 	c.nodesMu.Lock()
+	if c.guestsClosed {
+		c.nodesMu.Unlock()
+		return 0, errors.Join(fmt.Errorf("guest %s: cluster %s is stopping", g.Name, c.Name), grp.Reap())
+	}
 	if c.guests == nil {
 		c.guests = map[string]*procgroup.Group{}
 	}
@@ -197,6 +211,34 @@ func (c *Cluster) startGuest(ctx context.Context, g nodeprovider.Guest, argv []s
 		}
 	}()
 	return grp.Members()[0].Identity.Pid, nil
+}
+
+// inotifyLimits are the host's inotify limits real guests need: every guest's kubelet,
+// containerd and kube-proxy run as root and hold inotify instances, and the kernel's
+// default of 128 instances per user runs out at about six guests beside ten clusters
+// (kube-proxy and the kubelet then exit with "too many open files"), as kind documents
+// for its nodes.
+var inotifyLimits = map[string]int64{
+	"/proc/sys/fs/inotify/max_user_instances": 8192,
+	"/proc/sys/fs/inotify/max_user_watches":   524288,
+}
+
+// raiseInotifyLimits raises each limit to at least its value; it never lowers one.
+func raiseInotifyLimits() error {
+	for path, want := range inotifyLimits {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("real guests: %w", err)
+		}
+		have, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if have >= want {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(strconv.FormatInt(want, 10)), 0o644); err != nil {
+			return fmt.Errorf("real guests: raise %s from %d to %d: %w", path, have, want, err)
+		}
+	}
+	return nil
 }
 
 // guestKind is the kind of the existing guest nodeID.
@@ -277,10 +319,11 @@ func (c *Cluster) restartGuests(ctx context.Context, list []instancesnapshot.Ins
 // next start) and takes their cgroups and the cluster's guest network away.
 func (c *Cluster) stopRealGuests() error {
 	c.nodesMu.Lock()
+	c.guestsClosed = true // no guest starts after this listing
 	ids := slices.Collect(maps.Keys(c.guests))
 	c.nodesMu.Unlock()
-	if len(ids) == 0 {
-		return nil
+	if len(ids) == 0 && !guestnet.Exists(c.Spec.DataDir) {
+		return nil // no real guest ran (a failed restart may still have made the bridge)
 	}
 	var errs []error
 	for _, id := range ids {

@@ -107,6 +107,9 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 					if err := atomicfile.WriteFile(l.AuditPolicy(), []byte(auditlog.Policy), 0o600); err != nil {
 						return err
 					}
+					if err := atomicfile.WriteFile(l.AdmissionConfig(), []byte(clusterstack.AdmissionConfig), 0o600); err != nil {
+						return err
+					}
 					return in.As.own(s)
 				}
 			}

@@ -332,3 +332,18 @@ func TestComponentsReachOnlyTheirOwnFiles(t *testing.T) {
 		}
 	}
 }
+
+// A tenant apiserver admits no privileged container (a real guest's would be root on the
+// host) and enforces PodSecurity baseline by default.
+func TestTenantApiserversAdmitNoPrivilegedPod(t *testing.T) {
+	s := Spec{Name: "demo", DataDir: "/data/demo", BinDir: "/bin", APIServerPort: 30001}
+	argv := s.APIServerArgv()
+	for _, want := range []string{"--allow-privileged=false", "--admission-control-config-file=/data/demo/admission.yaml"} {
+		if !slices.Contains(argv, want) {
+			t.Errorf("tenant apiserver argv lacks %s", want)
+		}
+	}
+	if !strings.Contains(AdmissionConfig, "enforce: baseline") {
+		t.Errorf("admission config enforces no baseline:\n%s", AdmissionConfig)
+	}
+}

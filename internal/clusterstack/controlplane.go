@@ -34,11 +34,13 @@ func (s Spec) APIServerArgv() []string {
 		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
 		"proxy-client-cert-file":             l.FrontProxyClientCert(),
 		"proxy-client-key-file":              l.FrontProxyClientKey(),
-		"allow-privileged":                   "true",
 		"profiling":                          "false",
 		// The "kubernetes" Service's endpoints would have to name a non-loopback address;
 		// tenants reach the apiserver through their kubeconfig, not the Service.
 		"endpoint-reconciler-type": "none",
+	}
+	if s.Front {
+		f["allow-privileged"] = "true"
 	}
 	if !s.Front {
 		// The apiserver's own client identity towards kubelets (logs, exec, port-forward):
@@ -48,6 +50,12 @@ func (s Spec) APIServerArgv() []string {
 		f["kubelet-client-key"] = l.KubeletClientKey()
 		// A guest's name resolves nowhere on this host; the address our CCM sets does.
 		f["kubelet-preferred-address-types"] = "InternalIP,ExternalIP,Hostname"
+		// A tenant's pods may run on real guests, namespaces of this host: a privileged
+		// container there is root on the host, so none is admitted, whatever a namespace's
+		// labels say; PodSecurity's "baseline" (no hostPath, host namespaces or added
+		// capabilities) is every namespace's default (AdmissionConfig).
+		f["allow-privileged"] = "false"
+		f["admission-control-config-file"] = l.AdmissionConfig()
 		// The tenant's audit log, bounded as the component logs are (10 MiB, 2 kept).
 		f["audit-policy-file"] = l.AuditPolicy()
 		f["audit-log-path"] = l.AuditLog()
@@ -57,6 +65,23 @@ func (s Spec) APIServerArgv() []string {
 	}
 	return append([]string{s.Bin("kube-apiserver")}, flags(f)...)
 }
+
+// AdmissionConfig is the tenant apiserver's admission configuration: PodSecurity
+// enforces "baseline" in every namespace that sets no level of its own. It warns of
+// nothing more: a warning on every pod a tenant (or the scheduler's probe) creates would
+// be noise.
+const AdmissionConfig = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults:
+      enforce: baseline
+      enforce-version: latest
+    exemptions: {}
+`
 
 // ControllerManagerArgv listens on nothing (--secure-port=0) and signs with the cluster CA.
 func (s Spec) ControllerManagerArgv() []string {

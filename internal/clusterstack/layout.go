@@ -95,8 +95,12 @@ func (l Layout) Log(component string) string { return l.path("logs", component+"
 // log it writes, rotated by the apiserver itself, in a directory of its own: the
 // apiserver writes there as the cluster's user, while logs/ is the provider's.
 func (l Layout) AuditPolicy() string { return l.path("audit-policy.yaml") }
-func (l Layout) AuditDir() string    { return l.path("audit") }
-func (l Layout) AuditLog() string    { return l.path("audit", "audit.log") }
+
+// AdmissionConfig is the tenant apiserver's admission configuration (PodSecurity's
+// defaults: AdmissionConfiguration).
+func (l Layout) AdmissionConfig() string { return l.path("admission.yaml") }
+func (l Layout) AuditDir() string        { return l.path("audit") }
+func (l Layout) AuditLog() string        { return l.path("audit", "audit.log") }
 
 // ComponentFiles are the files a tenant's components read: with tenant users, readable by
 // the cluster's group (root's, 0640: the user reads them and cannot change them; kine's
@@ -108,7 +112,7 @@ func (l Layout) ComponentFiles() []string {
 	return []string{
 		l.KinePGPass(), l.EncryptionConfig(), l.CACert(), l.CAKey(), l.APIServerCert(), l.APIServerKey(),
 		l.FrontProxyCACert(), l.FrontProxyClientCert(), l.FrontProxyClientKey(), l.ServiceAccountKey(), l.ServiceAccountPub(),
-		l.KubeletClientCert(), l.KubeletClientKey(), l.AuditPolicy(),
+		l.KubeletClientCert(), l.KubeletClientKey(), l.AuditPolicy(), l.AdmissionConfig(),
 		l.ControllerManagerKubeconfig(), l.SchedulerKubeconfig(), l.CloudControllerManagerKubeconfig(), l.NodesFile(),
 		l.KwokKubeconfig(), l.KwokConfig(),
 	}

@@ -12,21 +12,19 @@ import (
 // (nodejoin.GuestBootstrapKubeconfigPath).
 const BootstrapKubeconfigPath = "/etc/kubernetes/bootstrap-kubelet.conf"
 
-// keepServerName gives the kubeconfig the kubelet wrote after TLS bootstrapping the
-// server name its bootstrap kubeconfig verified the apiserver as: the kubelet writes the
-// URL and CA but drops tls-server-name, so without it the kubelet's next start, and
-// kube-proxy (which uses this file), would refuse the apiserver's certificate.
-func keepServerName(kubeconfig, bootstrap string) error {
+// syncServer gives the kubeconfig the kubelet wrote after TLS bootstrapping the server
+// and server name of the bootstrap kubeconfig this boot's user data holds. The kubelet
+// writes the URL and CA but drops tls-server-name, so without it the kubelet's next start,
+// and kube-proxy (which uses this file), would refuse the apiserver's certificate; and
+// the apiserver's address may have changed since the first boot.
+func syncServer(kubeconfig, bootstrap string) error {
 	b, err := clientcmd.LoadFromFile(bootstrap)
 	if err != nil {
 		return err
 	}
-	name := ""
+	server, name := "", ""
 	for _, c := range b.Clusters {
-		name = c.TLSServerName
-	}
-	if name == "" {
-		return nil
+		server, name = c.Server, c.TLSServerName
 	}
 	k, err := clientcmd.LoadFromFile(kubeconfig)
 	if err != nil {
@@ -34,8 +32,8 @@ func keepServerName(kubeconfig, bootstrap string) error {
 	}
 	changed := false
 	for _, c := range k.Clusters {
-		if c.TLSServerName != name {
-			c.TLSServerName, changed = name, true
+		if c.TLSServerName != name || c.Server != server {
+			c.TLSServerName, c.Server, changed = name, server, true
 		}
 	}
 	if !changed {

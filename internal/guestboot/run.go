@@ -61,7 +61,7 @@ func Run(ctx context.Context, c Config, log io.Writer) error {
 	}
 	logf("guest %s: user data applied: %d files; starting %s", c.Name, len(cc.WriteFiles), strings.Join(units, ", "))
 
-	s := &supervisor{c: c, r: r, log: logf}
+	s := &supervisor{c: c, r: r, log: logf, stop: make(chan struct{})}
 	defer s.stopAll()
 	// containerd first: the kubelet and kube-proxy need it (the guest image's units say
 	// After=containerd), and the images are imported before either starts.
@@ -70,6 +70,14 @@ func Run(ctx context.Context, c Config, log io.Writer) error {
 	}
 	if err := s.importImages(ctx); err != nil {
 		return err
+	}
+	// A guest booting again (its cluster restarted) has the kubeconfig its kubelet wrote
+	// at the first boot: the apiserver's port may have changed since, and the user data
+	// of this boot says where it is now.
+	if exists(KubeletKubeconfigPath) {
+		if err := syncServer(KubeletKubeconfigPath, BootstrapKubeconfigPath); err != nil {
+			return fmt.Errorf("guest %s: %w", c.Name, err)
+		}
 	}
 	for _, u := range units {
 		if u == "containerd" {
@@ -83,16 +91,23 @@ func Run(ctx context.Context, c Config, log io.Writer) error {
 	// bootstrapping writes the kubeconfig), as kubeadm's DaemonSet would start only on a
 	// registered Node.
 	go func() {
-		if err := waitFile(ctx, KubeletKubeconfigPath, 5*time.Minute); err != nil {
-			logf("guest %s: kube-proxy not started: %v", c.Name, err)
-			return
-		}
-		if err := keepServerName(KubeletKubeconfigPath, BootstrapKubeconfigPath); err != nil {
-			logf("guest %s: kube-proxy not started: %v", c.Name, err)
-			return
-		}
-		if err := s.start(ctx, "kube-proxy"); err != nil && ctx.Err() == nil {
-			logf("guest %s: %v", c.Name, err)
+		// No deadline: a kubelet that has not bootstrapped keeps its Node from being
+		// Ready, which is what the provider waits for and reports.
+		for ctx.Err() == nil {
+			err := waitFile(ctx, KubeletKubeconfigPath, time.Minute)
+			if err == nil {
+				err = syncServer(KubeletKubeconfigPath, BootstrapKubeconfigPath)
+			}
+			if err == nil {
+				err = s.start(ctx, "kube-proxy")
+				if err != nil && ctx.Err() == nil {
+					logf("guest %s: %v", c.Name, err)
+				}
+				return
+			}
+			if ctx.Err() == nil {
+				logf("guest %s: kube-proxy waits: %v", c.Name, err)
+			}
 		}
 	}()
 	logf("guest %s: up", c.Name)

@@ -29,6 +29,7 @@ type supervisor struct {
 	mu       sync.Mutex
 	units    []*unit // in start order
 	stopping bool
+	stop     chan struct{} // closed by stopAll: no unit starts again
 }
 
 // argv is the unit's command line: the image's flags, then the user data's (the
@@ -70,15 +71,22 @@ func (s *supervisor) start(ctx context.Context, name string) error {
 		return err
 	}
 	u := &unit{name: name, done: make(chan struct{})}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		out.Close()
+		return fmt.Errorf("unit %s: the guest is stopping", name)
+	}
 	pid, exited, err := s.r.start(argv, s.env(), out)
+	if err == nil {
+		u.pid = pid
+		s.units = append(s.units, u)
+	}
+	s.mu.Unlock()
 	if err != nil {
 		out.Close()
 		return err
 	}
-	u.pid = pid
-	s.mu.Lock()
-	s.units = append(s.units, u)
-	s.mu.Unlock()
 	s.log("guest %s: %s started (pid %d)", s.c.Name, name, pid)
 	go s.keep(ctx, u, argv, out, exited)
 	if name == "containerd" {
@@ -93,27 +101,36 @@ func (s *supervisor) keep(ctx context.Context, u *unit, argv []string, out *os.F
 	backoff := time.Second
 	for {
 		ws := <-exited
-		s.mu.Lock()
-		stopping := s.stopping
-		s.mu.Unlock()
-		if stopping || ctx.Err() != nil {
+		select {
+		case <-s.stop:
 			return
+		default:
 		}
 		s.log("guest %s: %s exited (%v); starting it again in %s", s.c.Name, u.name, ws, backoff)
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.stop:
+			return
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 10*time.Second)
+		// Started under the lock stopAll takes, so it either sees this pid or stops us
+		// before the start.
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return
+		}
 		pid, ch, err := s.r.start(argv, s.env(), out)
+		if err == nil {
+			u.pid, exited = pid, ch
+		}
+		s.mu.Unlock()
 		if err != nil {
 			s.log("guest %s: %v", s.c.Name, err)
 			return
 		}
-		s.mu.Lock()
-		u.pid, exited = pid, ch
-		s.mu.Unlock()
 	}
 }
 
@@ -131,24 +148,35 @@ func (s *supervisor) importImages(ctx context.Context) error {
 // to go, then kills everything else in the guest's PID namespace: the pods.
 func (s *supervisor) stopAll() {
 	s.mu.Lock()
-	s.stopping = true
+	if !s.stopping {
+		s.stopping = true
+		close(s.stop)
+	}
 	units := append([]*unit(nil), s.units...)
 	s.mu.Unlock()
+	pidOf := func(u *unit) int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return u.pid
+	}
 	for i := len(units) - 1; i >= 0; i-- {
 		u := units[i]
-		s.mu.Lock()
-		pid := u.pid
-		s.mu.Unlock()
-		syscall.Kill(pid, syscall.SIGTERM)
+		syscall.Kill(pidOf(u), syscall.SIGTERM)
 		select {
 		case <-u.done:
 		case <-time.After(10 * time.Second):
-			syscall.Kill(pid, syscall.SIGKILL)
-			<-u.done
+			syscall.Kill(pidOf(u), syscall.SIGKILL)
+			select {
+			case <-u.done:
+			case <-time.After(5 * time.Second): // the kill(-1) below ends it
+			}
 		}
 	}
-	// PID 1 sending to -1 reaches every other process of its namespace.
-	syscall.Kill(-1, syscall.SIGKILL)
+	// PID 1 sending to -1 reaches every other process of its namespace. Anywhere else it
+	// would reach every process the caller may signal: never.
+	if os.Getpid() == 1 {
+		syscall.Kill(-1, syscall.SIGKILL)
+	}
 }
 
 func waitSocket(ctx context.Context, path string, d time.Duration) error {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Name prefixes: every link and chain this package makes starts with one, so the
@@ -130,4 +131,17 @@ func Jumps(bridge, chain string) [][]string {
 		{"filter", "FORWARD", "-o", bridge, "-j", chain},
 		{"nat", "PREROUTING", "-i", bridge, "-j", chain},
 	}
+}
+
+// RestoreInput is iptables-restore's input that makes chain in table hold exactly rules:
+// with --noflush, a chain declared in the input is emptied and refilled in the same
+// transaction, and no other chain is touched.
+func RestoreInput(table, chain string, rules [][]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%s\n:%s - [0:0]\n", table, chain)
+	for _, r := range rules {
+		fmt.Fprintf(&b, "-A %s %s\n", chain, strings.Join(r, " "))
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
 }

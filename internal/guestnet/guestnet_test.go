@@ -113,3 +113,10 @@ func TestRulesOpenOnlyTheAPIServer(t *testing.T) {
 		t.Errorf("nat %q", nat)
 	}
 }
+
+func TestRestoreInputReplacesOneChain(t *testing.T) {
+	got := RestoreInput("filter", "SWK-x", [][]string{{"-j", "DROP"}})
+	if got != "*filter\n:SWK-x - [0:0]\n-A SWK-x -j DROP\nCOMMIT\n" {
+		t.Errorf("%q", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,10 +28,13 @@ type Network struct {
 // could both find the same /24 free.
 const lockPath = "/run/socialweb-kcp/guestnet.lock"
 
-// Ensure makes the cluster's bridge when it has none (a /24 of pool that overlaps no
-// address or route of the host, chosen under a host-wide lock), and writes its chain for
-// the apiserver's port. Ensuring again is cheap and rewrites the chain.
-func Ensure(ctx context.Context, dataDir string, pool netip.Prefix, port int) (Network, error) {
+// Ensure makes the cluster's bridge when it has none, and writes its chain for the
+// apiserver's port. The bridge's /24 is want when valid (the subnet the cluster's listed
+// guests have their addresses in: a cluster that starts again gets its guests' subnet
+// back), else the first of pool that overlaps no address or route of the host; either is
+// chosen under a host-wide lock, and a want that something else now holds is an error
+// that says so. Ensuring again is cheap and rewrites the chain.
+func Ensure(ctx context.Context, dataDir string, pool netip.Prefix, port int, want netip.Prefix) (Network, error) {
 	unlock, err := lock()
 	if err != nil {
 		return Network{}, err
@@ -39,17 +43,28 @@ func Ensure(ctx context.Context, dataDir string, pool netip.Prefix, port int) (N
 	n := Network{Bridge: BridgeName(dataDir), Chain: ChainName(dataDir)}
 	if sub, ok := bridgeSubnet(n.Bridge); ok {
 		n.Subnet = sub
+		if want.IsValid() && want.Masked() != sub {
+			return Network{}, fmt.Errorf("bridge %s has %s, but the cluster's guests are listed in %s", n.Bridge, sub, want.Masked())
+		}
 	} else {
 		used, err := hostPrefixes()
 		if err != nil {
 			return Network{}, err
 		}
-		if n.Subnet, err = PickSubnet(pool, used); err != nil {
+		if want.IsValid() {
+			n.Subnet = want.Masked()
+			if i := slices.IndexFunc(used, n.Subnet.Overlaps); i >= 0 {
+				return Network{}, fmt.Errorf("the cluster's guests are listed in %s, which %s on this host now overlaps: free it, or remove the guests and add them again", n.Subnet, used[i])
+			}
+		} else if n.Subnet, err = PickSubnet(pool, used); err != nil {
 			return Network{}, err
 		}
 		gw := netip.PrefixFrom(Gateway(n.Subnet), 24)
+		if err := run(ctx, "ip", "link", "add", n.Bridge, "type", "bridge"); err != nil {
+			return Network{}, err
+		}
+		noIPv6(n.Bridge)
 		for _, args := range [][]string{
-			{"link", "add", n.Bridge, "type", "bridge"},
 			{"addr", "add", gw.String(), "dev", n.Bridge},
 			{"link", "set", n.Bridge, "up"},
 		} {
@@ -71,20 +86,20 @@ func Ensure(ctx context.Context, dataDir string, pool netip.Prefix, port int) (N
 	return n, nil
 }
 
+// writeChain replaces the chain's rules in one iptables-restore transaction per table
+// (--noflush touches no other chain): the bridge is never unfiltered, not even for the
+// moment between a flush and the rules' return. The jumps into it are added once.
 func writeChain(ctx context.Context, n Network, port int) error {
-	for table, rules := range map[string][][]string{"filter": Rules(n.Bridge, port), "nat": NATRules(n.Bridge, n.Gateway, port)} {
-		if !chainExists(ctx, table, n.Chain) {
-			if err := run(ctx, "iptables", "-w", "-t", table, "-N", n.Chain); err != nil {
-				return err
-			}
+	ctx = context.WithoutCancel(ctx) // a half-written firewall is worse than a late one
+	for _, table := range []string{"filter", "nat"} {
+		rules := Rules(n.Bridge, port)
+		if table == "nat" {
+			rules = NATRules(n.Bridge, n.Gateway, port)
 		}
-		if err := run(ctx, "iptables", "-w", "-t", table, "-F", n.Chain); err != nil {
-			return err
-		}
-		for _, r := range rules {
-			if err := run(ctx, "iptables", append([]string{"-w", "-t", table, "-A", n.Chain}, r...)...); err != nil {
-				return err
-			}
+		cmd := exec.CommandContext(ctx, "iptables-restore", "-w", "--noflush")
+		cmd.Stdin = strings.NewReader(RestoreInput(table, n.Chain, rules))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables-restore of %s/%s: %w: %s", table, n.Chain, err, strings.TrimSpace(string(out)))
 		}
 	}
 	for _, j := range Jumps(n.Bridge, n.Chain) {
@@ -109,6 +124,7 @@ func Attach(ctx context.Context, n Network, host, guest string, pid int) error {
 	if err := run(ctx, "ip", "link", "add", host, "type", "veth", "peer", "name", guest); err != nil {
 		return err
 	}
+	noIPv6(host)
 	for _, args := range [][]string{
 		{"link", "set", host, "master", n.Bridge},
 		{"link", "set", host, "up"},
@@ -131,9 +147,29 @@ func Detach(ctx context.Context, host string) error {
 	return run(ctx, "ip", "link", "del", host)
 }
 
+// Exists reports whether the cluster whose DataDir is dataDir has its bridge on the host.
+func Exists(dataDir string) bool {
+	_, err := net.InterfaceByName(BridgeName(dataDir))
+	return err == nil
+}
+
+// noIPv6 turns IPv6 off on a host link of a guest network before it is up: the chain
+// filters IPv4 only, and a guest must neither reach the host's IPv6 listeners through the
+// link-local address nor give the host a route with a router advertisement. A host
+// without IPv6 has nothing to turn off.
+func noIPv6(link string) {
+	os.WriteFile("/proc/sys/net/ipv6/conf/"+link+"/disable_ipv6", []byte("1"), 0o644)
+}
+
 // Remove takes the cluster's guest network away: the jumps, the chains and the bridge.
 // What is already gone is no error.
 func Remove(ctx context.Context, dataDir string) error {
+	unlock, err := lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ctx = context.WithoutCancel(ctx)
 	bridge, chain := BridgeName(dataDir), ChainName(dataDir)
 	var errs []error
 	for _, j := range Jumps(bridge, chain) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/guestboot"
@@ -49,8 +50,18 @@ type Real struct {
 	RemoveCgroups func(g Guest) error
 
 	mu       sync.Mutex
-	reserved map[string]netip.Addr // node id → address handed out by Place, until listed
+	reserved map[string]reservation // node id → address Place handed out, until Create
+	creating map[string]bool        // node ids whose Create is under way
 }
+
+// reservation is an address Place handed out. One whose guest was never created (its
+// listing failed) lapses after reservationTTL.
+type reservation struct {
+	addr netip.Addr
+	at   time.Time
+}
+
+const reservationTTL = 5 * time.Minute
 
 // ServerName is the name the guests verify the apiserver's certificate for: one it has
 // always carried, whatever address the guests reach it at.
@@ -66,47 +77,79 @@ func Dir(dataDir, nodeID string) string { return filepath.Join(dataDir, GuestsDi
 // Place gives g its address on the cluster's bridge (making the bridge if it is the
 // cluster's first real guest), before g is listed in nodes.json with it.
 func (r *Real) Place(ctx context.Context, g Guest) (Guest, error) {
-	n, err := guestnet.Ensure(ctx, r.DataDir, r.Pool, r.APIServerPort)
-	if err != nil {
-		return g, fmt.Errorf("guest %s: network: %w", g.Name, err)
-	}
 	listed, err := r.Listed()
 	if err != nil {
 		return g, err
 	}
+	n, err := guestnet.Ensure(ctx, r.DataDir, r.Pool, r.APIServerPort, subnetOf(listed))
+	if err != nil {
+		return g, fmt.Errorf("guest %s: network: %w", g.Name, err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.reserved == nil {
-		r.reserved = map[string]netip.Addr{}
+		r.reserved = map[string]reservation{}
 	}
-	if a, ok := r.reserved[g.NodeID]; ok {
-		g.InternalIP = a
+	if x, ok := r.reserved[g.NodeID]; ok {
+		g.InternalIP = x.addr
 		return g, nil
 	}
 	used := slices.Clone(listed)
-	for _, a := range r.reserved {
-		used = append(used, a)
+	for id, x := range r.reserved {
+		if time.Since(x.at) > reservationTTL {
+			delete(r.reserved, id)
+			continue
+		}
+		used = append(used, x.addr)
 	}
 	a, err := guestnet.PickAddress(n.Subnet, used)
 	if err != nil {
 		return g, fmt.Errorf("guest %s: %w", g.Name, err)
 	}
-	r.reserved[g.NodeID] = a
+	r.reserved[g.NodeID] = reservation{addr: a, at: time.Now()}
 	g.InternalIP = a
 	return g, nil
 }
 
 // Create boots g: writes its configuration and user data (0600, in its 0700 directory),
 // starts its init and moves its veth into its namespace.
-func (r *Real) Create(ctx context.Context, g Guest) error {
-	defer r.release(g)
+func (r *Real) Create(ctx context.Context, g Guest) (err error) {
 	if !g.InternalIP.IsValid() {
 		return fmt.Errorf("guest %s: no address (Place it first)", g.Name)
 	}
+	// One Create of a guest at a time: two would both find it not running and start it
+	// twice, the second's failure taking the first's veth and directory with it.
+	r.mu.Lock()
+	if r.creating == nil {
+		r.creating = map[string]bool{}
+	}
+	if r.creating[g.NodeID] {
+		r.mu.Unlock()
+		return fmt.Errorf("guest %s is being created already", g.Name)
+	}
+	r.creating[g.NodeID] = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.creating, g.NodeID)
+		delete(r.reserved, g.NodeID)
+		r.mu.Unlock()
+	}()
 	if r.Running(g) {
 		return nil
 	}
-	n, err := guestnet.Ensure(ctx, r.DataDir, r.Pool, r.APIServerPort)
+	// Whatever fails from here takes away what this Create made: for a new guest its
+	// directory, veth and cgroups, and the bridge if no other guest has it; a guest booting
+	// again keeps its directory (its kubelet's identity) and stays listed.
+	dir := Dir(r.DataDir, g.NodeID)
+	_, statErr := os.Stat(dir)
+	fresh := os.IsNotExist(statErr)
+	defer func() {
+		if err != nil && fresh {
+			err = errors.Join(err, r.cleanup(g))
+		}
+	}()
+	n, err := guestnet.Ensure(ctx, r.DataDir, r.Pool, r.APIServerPort, netip.PrefixFrom(g.InternalIP, 24).Masked())
 	if err != nil {
 		return fmt.Errorf("guest %s: network: %w", g.Name, err)
 	}
@@ -114,7 +157,6 @@ func (r *Real) Create(ctx context.Context, g Guest) error {
 	if err != nil {
 		return fmt.Errorf("guest %s: %w", g.Name, err)
 	}
-	dir := Dir(r.DataDir, g.NodeID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -143,18 +185,21 @@ func (r *Real) Create(ctx context.Context, g Guest) error {
 	}
 	pid, err := r.Start(ctx, g, []string{filepath.Join(r.Bin, "socialweb-guest"), "--config", cfgPath})
 	if err != nil {
-		return errors.Join(fmt.Errorf("guest %s: %w", g.Name, err), r.cleanup(g))
+		return fmt.Errorf("guest %s: %w", g.Name, err)
 	}
 	if err := guestnet.Attach(ctx, n, host, link, pid); err != nil {
-		return errors.Join(fmt.Errorf("guest %s: %w", g.Name, err), r.Stop(g), r.cleanup(g))
+		return errors.Join(fmt.Errorf("guest %s: %w", g.Name, err), r.Stop(g))
 	}
 	return nil
 }
 
-func (r *Real) release(g Guest) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.reserved, g.NodeID)
+// subnetOf is the /24 the listed guests' addresses are in (real guests of one cluster
+// share one), or none.
+func subnetOf(listed []netip.Addr) netip.Prefix {
+	if len(listed) == 0 {
+		return netip.Prefix{}
+	}
+	return netip.PrefixFrom(listed[0], 24).Masked()
 }
 
 // ServiceCIDR is the tenant's Service range (clusterstack's default), which kube-proxy
@@ -176,9 +221,24 @@ func (r *Real) cleanup(g Guest) error {
 	if err != nil {
 		return err
 	}
+	// The bridge goes with the last guest, unless another is being placed or created
+	// (it holds a reservation or a Create mark until its directory exists); the check and
+	// the removal are under the lock those take.
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	left, err := r.dirs()
 	if err != nil {
 		return err
+	}
+	for id := range r.reserved {
+		if id != g.NodeID {
+			left = append(left, id)
+		}
+	}
+	for id := range r.creating {
+		if id != g.NodeID {
+			left = append(left, id)
+		}
 	}
 	if len(left) == 0 {
 		return guestnet.Remove(context.Background(), r.DataDir)
