@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -32,11 +30,7 @@ func imagesCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			loaded, err := clusterprovider.LoadImages(cmd.Context(), dataDir, filepath.Dir(exe), a[1:])
+			loaded, err := clusterprovider.LoadImages(cmd.Context(), dataDir, a[1:])
 			if err != nil {
 				return err
 			}

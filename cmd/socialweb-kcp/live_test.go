@@ -244,9 +244,10 @@ func TestTheCLIWalkthrough(t *testing.T) {
 		return strings.Contains(out, "demo-n1  n1  Ready"), out
 	})
 
-	// A real guest: a pod that runs and prints, its logs, exec into another, and an image
-	// of the tenant's own loaded into the guest.
-	if out := must("nodes", "add", "demo", "--guest", "real"); !strings.Contains(out, "Ready in cluster demo: demo-n2") {
+	// A real guest in place of the simulated one: a pod that runs and prints, its logs,
+	// exec into another, and an image of the tenant's own loaded into the guest.
+	must("nodes", "rm", "demo", "n1")
+	if out := must("nodes", "add", "demo", "--guest", "real"); !strings.Contains(out, "Ready in cluster demo: demo-n1") {
 		t.Fatalf("nodes add demo --guest real: %s", out)
 	}
 	phase := func(pod string) func() (bool, string) {
@@ -262,9 +263,11 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	}
 	kubectl("run", "shell", "--image="+guestimage.BusyboxImage, "--", "sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait")
 	kubectl("wait", "--for=condition=Ready", "pod/shell", "--timeout=120s")
-	if got := strings.TrimSpace(kubectl("exec", "shell", "--", "hostname")); got != "shell" {
-		t.Errorf("kubectl exec shell -- hostname: %q", got)
-	}
+	// The kubelet may answer an exec before its container status is current: retried.
+	livetest.Eventually(t, time.Minute, "kubectl exec shell -- hostname says shell", func() (bool, string) {
+		b, err := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", kc, "exec", "shell", "--", "hostname").CombinedOutput()
+		return err == nil && strings.TrimSpace(string(b)) == "shell", string(b)
+	})
 	bb, err := os.ReadFile(guestimage.BusyboxBinary)
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +278,7 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	}
 	guestimage.Write(app, guestimage.Image{Name: "example.local/app:1", Cmd: []string{"/bin/echo", "from app"}, Files: guestimage.Busybox(bb).Files})
 	app.Close()
-	if out := must("images", "load", "demo", "app.tar", "--data-root", root); !strings.Contains(out, "example.local/app:1 loaded into n2") {
+	if out := must("images", "load", "demo", "app.tar", "--data-root", root); !strings.Contains(out, "example.local/app:1 loaded into n1") {
 		t.Errorf("images load: %s", out)
 	}
 	kubectl("run", "app", "--image=example.local/app:1", "--image-pull-policy=Never", "--restart=Never")

@@ -14,6 +14,7 @@ import (
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/guestboot"
 	"socialweb.computer/kcp/internal/guestimage"
+	"socialweb.computer/kcp/internal/nodeprovider"
 	"socialweb.computer/kcp/internal/procgroup"
 )
 
@@ -29,7 +30,7 @@ type LoadedImage struct {
 // boots, and imported now into every real guest that runs (like `kind load
 // image-archive`). Every file is checked before anything is copied: a bad one changes
 // nothing.
-func LoadImages(ctx context.Context, dataDir, binDir string, files []string) ([]LoadedImage, error) {
+func LoadImages(ctx context.Context, dataDir string, files []string) ([]LoadedImage, error) {
 	var out []LoadedImage
 	for _, f := range files {
 		names, err := guestimage.Names(f)
@@ -53,7 +54,12 @@ func LoadImages(ctx context.Context, dataDir, binDir string, files []string) ([]
 		}
 		for _, id := range sortedKeys(running) {
 			sock := filepath.Join("/proc", strconv.Itoa(running[id]), "root", guestboot.ContainerdSocket)
-			if err := guestimage.Import(ctx, filepath.Join(binDir, "ctr"), sock, kept); err != nil {
+			// The ctr beside the containerd the guest runs: its configuration names it.
+			cfg, err := guestboot.Read(filepath.Join(nodeprovider.Dir(dataDir, id), "guest.json"))
+			if err == nil {
+				err = guestimage.Import(ctx, filepath.Join(cfg.Bin, "ctr"), sock, kept)
+			}
+			if err != nil {
 				// An archive containerd refuses would fail every later guest's boot: it
 				// is not kept.
 				if fresh {

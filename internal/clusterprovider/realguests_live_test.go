@@ -94,13 +94,13 @@ func TestRealGuestsJoinAndRunPods(t *testing.T) {
 	var guests []nodeprovider.Guest
 	for _, id := range []string{"n1", "n2"} {
 		if id == "n2" {
-			if _, err := LoadImages(ctx, c.DataDir, binDir(t), []string{own, bogus}); err == nil || !strings.Contains(err.Error(), "bogus.tar") {
+			if _, err := LoadImages(ctx, c.DataDir, []string{own, bogus}); err == nil || !strings.Contains(err.Error(), "bogus.tar") {
 				t.Errorf("loading a bogus archive: %v, want an error naming it", err)
 			}
 			if kept, _ := filepath.Glob(filepath.Join(c.DataDir, "images", "*")); len(kept) > 0 {
 				t.Errorf("a refused load kept %v", kept)
 			}
-			loaded, err := LoadImages(ctx, c.DataDir, binDir(t), []string{own})
+			loaded, err := LoadImages(ctx, c.DataDir, []string{own})
 			if err != nil || len(loaded) != 1 || !slices.Equal(loaded[0].Guests, []string{"n1"}) || !slices.Equal(loaded[0].Names, []string{"example.local/own:1"}) {
 				t.Fatalf("images load: %+v %v, want example.local/own:1 into n1", loaded, err)
 			}
@@ -150,6 +150,16 @@ func TestRealGuestsJoinAndRunPods(t *testing.T) {
 	must("wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/hello", "--timeout=120s")
 	if out := must("logs", "hello"); out != "hello" {
 		t.Fatalf("kubectl logs hello = %q, want hello", out)
+	}
+
+	// A guest's containers share the host's kernel as root: no privileged container is
+	// admitted, and no hostPath by default (PodSecurity baseline).
+	if out, err := kubectl(t, c, "run", "priv", "--image="+guestimage.BusyboxImage, "--privileged", "--", "true"); err == nil || !strings.Contains(out, "privileged") {
+		t.Errorf("a privileged pod: %v %s, want it refused", err, out)
+	}
+	if out, err := kubectl(t, c, "run", "hostpath", "--image="+guestimage.BusyboxImage,
+		`--overrides={"spec":{"volumes":[{"name":"root","hostPath":{"path":"/"}}],"containers":[{"name":"hostpath","image":"`+guestimage.BusyboxImage+`","volumeMounts":[{"name":"root","mountPath":"/host"}]}]}}`); err == nil || !strings.Contains(out, "hostPath") {
+		t.Errorf("a hostPath pod: %v %s, want it refused", err, out)
 	}
 
 	// The loaded image runs on both guests, n2 having had it from its boot.
