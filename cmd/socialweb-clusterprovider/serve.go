@@ -34,6 +34,11 @@ type serveOptions struct {
 	*providerFlags
 	frontKubeconfig, logFormat, metricsAddr string
 	maxBringUps, maxRunning                 int
+	// A restart of the provider: what its stop leaves, whether a start adopts it, and how
+	// many adopted clusters an upgrade restarts at once.
+	onExit      string
+	adopt       bool
+	maxRestarts int
 	// The front door: one listener for every tenant apiserver, routed by TLS server name.
 	frontDoorAddr, baseDomain string
 	frontDoorPort             int
@@ -57,6 +62,9 @@ func serveCmd(stdout, stderr io.Writer) *cobra.Command {
 	o.providerFlags = addProviderFlags(fs)
 	fs.StringVar(&o.frontKubeconfig, "front-kubeconfig", "", "use this Kubernetes API as the front instead of running one")
 	fs.IntVar(&o.maxBringUps, "max-bring-ups", 2, "bring-ups run at once")
+	fs.StringVar(&o.onExit, "on-exit", "stop", "what SIGINT or SIGTERM does with the running clusters: stop (every process stopped, data kept) or keep (Ready clusters, and the front, left running for the next serve to adopt: a restart or an upgrade of the provider that its tenants do not see)")
+	fs.BoolVar(&o.adopt, "adopt", true, "take over the clusters an earlier serve left running, when every process of each is proven its own and passes its gate, instead of restarting them")
+	fs.IntVar(&o.maxRestarts, "max-restarts-at-once", 1, "adopted clusters whose binaries, flags or credentials changed (an upgrade) are restarted this many at a time, each after the one before is Ready again")
 	fs.IntVar(&o.maxRunning, "max-running-clusters", 0, "at most this many clusters run at once (sleeping and parked ones do not count); the next waits with condition HostFull until one stops. 0: no cap")
 	fs.StringVar(&o.logFormat, "log-format", "text", "the log's format on stderr: text or json (client-go's log lines too)")
 	fs.StringVar(&o.metricsAddr, "metrics-address", "127.0.0.1:9464", "where /metrics, /healthz and /readyz listen (host:port; port 0 picks one)")
@@ -75,6 +83,13 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	if o.maxRunning < 0 {
 		return fmt.Errorf("--max-running-clusters: %d; want 0 (no cap) or more", o.maxRunning)
 	}
+	if o.onExit != "stop" && o.onExit != "keep" {
+		return fmt.Errorf("--on-exit: %q; want stop or keep", o.onExit)
+	}
+	if o.maxRestarts < 1 {
+		return fmt.Errorf("--max-restarts-at-once: %d; want 1 or more", o.maxRestarts)
+	}
+	keep := o.onExit == "keep"
 	log, err := newLogger(o.logFormat, stderr)
 	if err != nil {
 		return err
@@ -101,7 +116,8 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	defer lock.Release()
 	host, _ := os.Hostname()
 	metrics := clusterprovider.NewMetrics()
-	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: o.maxBringUps, MaxRunning: o.maxRunning, Log: log, Metrics: metrics}
+	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: o.maxBringUps, MaxRunning: o.maxRunning, Log: log, Metrics: metrics,
+		Adopt: o.adopt, KeepOnExit: keep, MaxRestartsAtOnce: o.maxRestarts}
 	cfg.OnEvent = loop.StepEvent
 	p, err := clusterprovider.New(cfg)
 	if err != nil {
@@ -117,7 +133,11 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		t0 := time.Now()
 		fmt.Fprintln(stdout, "bringing up the front (kine on SQLite, kube-apiserver, kube-controller-manager)")
 		upCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-		front, err = p.UpFront(upCtx)
+		if o.adopt {
+			front, err = p.UpFront(upCtx)
+		} else {
+			front, err = p.UpFrontAfresh(upCtx)
+		}
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			// Stopped while the front came up: its Spawn reaped what it had started; what
@@ -130,7 +150,16 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("front: %w", err)
 		}
-		defer front.Stop()
+		defer func() {
+			if keep {
+				front.Detach()
+			} else {
+				front.Stop()
+			}
+		}()
+		if adopted, _ := front.Adopted(); adopted {
+			fmt.Fprintln(stdout, "the front an earlier serve left running is adopted")
+		}
 		b, err := os.ReadFile(front.TenantKubeconfig)
 		if err != nil {
 			return err
@@ -174,7 +203,9 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "serving Clusters; operator kubeconfig: %s\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s apply -f cluster.yaml\n", kubeconfig)
-	loopCtx, cancel := context.WithCancel(ctx)
+	// Not ctx's child: the loop must not see the signal before serve has decided, from
+	// which signal it was, whether the clusters are kept (Loop.KeepOnExit); serve ends it.
+	loopCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- loop.Run(loopCtx) }()
@@ -208,6 +239,22 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		}
 	}
 	notify(loop.Log, sdnotify.Stopping)
+	if keep && stoppedBy(ctx) == os.Interrupt {
+		// The operator's own stop: everything goes, as without --on-exit keep.
+		keep, loop.KeepOnExit = false, false
+	}
+	if keep && died == nil {
+		fmt.Fprintln(stdout, "stopping (--on-exit keep): bring-ups under way end or are undone; every Ready cluster and the front keep running for the next serve; Ctrl-C again forces")
+		cancel()
+		err = <-done
+		if front != nil {
+			front.Detach()
+		}
+		if err == nil {
+			fmt.Fprintln(stdout, "stopped; the clusters run on, for the next serve to adopt")
+		}
+		return err
+	}
 	fmt.Fprintln(stdout, "stopping: every cluster (those being brought up too), then the front; data kept; Ctrl-C again forces")
 	cancel()
 	err = <-done

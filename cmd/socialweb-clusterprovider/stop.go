@@ -22,8 +22,13 @@ import (
 // ended, a log shipper died) would otherwise die of the next line it prints, in the middle
 // of a stop, leaving its groups behind; taken, that write fails with EPIPE and the stop
 // goes on.
+//
+// The context's cause (context.Cause) is the signal, as a stopSignal: serve --on-exit keep
+// keeps its clusters on SIGTERM (a service manager's restart) and stops them on SIGINT (the
+// operator's Ctrl-C, or systemctl kill -s SIGINT).
 func stopContext(out io.Writer, force func() error) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancelCause := context.WithCancelCause(context.Background())
+	cancel := func() { cancelCause(nil) }
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	pipe := make(chan os.Signal, 1) // never read: signal.Notify drops what does not fit
@@ -31,8 +36,8 @@ func stopContext(out io.Writer, force func() error) (context.Context, func()) {
 	done := make(chan struct{})
 	go func() {
 		select {
-		case <-sigs:
-			cancel()
+		case s := <-sigs:
+			cancelCause(stopSignal{s})
 		case <-done:
 			return
 		}
@@ -46,6 +51,20 @@ func stopContext(out io.Writer, force func() error) (context.Context, func()) {
 		}
 	}()
 	return ctx, func() { signal.Stop(sigs); signal.Stop(pipe); close(done); cancel() }
+}
+
+// stopSignal is the signal that stopped the command: its context's cause.
+type stopSignal struct{ os.Signal }
+
+func (s stopSignal) Error() string { return "stopped by " + s.Signal.String() }
+
+// stoppedBy is the signal that ended ctx (stopContext's); nil when none did.
+func stoppedBy(ctx context.Context) os.Signal {
+	var s stopSignal
+	if errors.As(context.Cause(ctx), &s) {
+		return s.Signal
+	}
+	return nil
 }
 
 // lockRoot makes this process the one provider of root (creating root if it is new), or

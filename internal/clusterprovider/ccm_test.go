@@ -3,6 +3,7 @@ package clusterprovider
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -34,22 +35,34 @@ func TestTheCCMIsTheLastStepAndCarriesItsEnvironment(t *testing.T) {
 	}
 }
 
-func TestTheCCMGateWaitsForItsReadinessLine(t *testing.T) {
-	var sink strings.Builder
-	g := newLineGate(contract.ReadyLine("demo"), &sink)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	g.Write([]byte("[cloud-controller-manager] I1202 starting\n"))
-	if err := g.wait(ctx); err == nil {
-		t.Fatal("the gate passed before the readiness line")
+func TestTheCCMGateWaitsForItsReadinessLineInItsLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cloud-controller-manager.log")
+	appendLine := func(line string) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(line + "\n")
+		f.Close()
 	}
-	g.Write([]byte("[cloud-controller-manager] " + contract.ReadyLine("demo") + "\n"))
+	appendLine(contract.ReadyLine("demo")) // an earlier run's
+	g := newLogLine(path, contract.ReadyLine("demo"))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	appendLine("I1202 starting")
+	if err := g.wait(ctx); err == nil {
+		t.Fatal("the gate passed on an earlier run's readiness line")
+	}
+	appendLine(contract.ReadyLine("demo"))
 	if err := g.wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	g.Write([]byte("[cloud-controller-manager] " + contract.ReadyLine("demo") + "\n")) // twice is fine
-	if !strings.Contains(sink.String(), "I1202 starting") {
-		t.Fatal("the gate swallowed the output")
+	// Adopted, it is proven by the line being in its log at all.
+	if err := g.written(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := newLogLine(path, contract.ReadyLine("other")).written(context.Background()); err == nil {
+		t.Fatal("another cluster's line passed the Live gate")
 	}
 }
 

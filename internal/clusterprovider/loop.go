@@ -59,6 +59,15 @@ type Loop struct {
 	Instance string               // status.instance: which provider runs the clusters
 	// MaxBringUps bounds concurrent bring-ups (default 2: each is CPU-heavy).
 	MaxBringUps int
+	// Adopt takes over, without a restart, the clusters an earlier run left running when
+	// they are proven ours and working (Provider.AdoptWith); off, every one is reaped and
+	// brought up again. KeepOnExit makes Run's end leave the Ready clusters running for the
+	// next run to adopt, rather than stop them. MaxRestartsAtOnce bounds how many adopted
+	// clusters that run other than this provider would start them (a pin changed) are
+	// restarted at once, each after the one before is Ready again (default 1).
+	Adopt             bool
+	KeepOnExit        bool
+	MaxRestartsAtOnce int
 	// MaxRunning, when above 0, is the host guard: at most this many clusters run at once
 	// (starting, up, or exited and not yet reaped); the next waits, condition HostFull,
 	// until one stops, sleeps or is deleted. Sleeping and parked clusters do not count.
@@ -80,6 +89,7 @@ type Loop struct {
 	// clusterIndex finds the Clusters of a name; nodeIndex the Nodes of a namespace/cluster.
 	clusterIndex, nodeIndex cache.Indexer
 	slots                   chan struct{}
+	restartSlots            chan struct{} // MaxRestartsAtOnce
 	// runCtx is Run's: it ends every bring-up when the provider stops, and bringUps counts
 	// them so that Run stops nothing before every bring-up has ended (invariant 26).
 	runCtx   context.Context
@@ -148,6 +158,7 @@ type runState struct {
 	everReady   bool
 	minted      bool     // created asleep: its identity minted and kubeconfig delivered by this run
 	progress    []string // the bring-up's steps so far, for status: "postgres ready", "kine starting"
+	adopting    bool     // the bring-up under way tries adoption first (Observed.Adopting)
 }
 
 // Run serves until ctx ends, then stops every cluster it runs (their data is kept).
@@ -163,6 +174,10 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	l.Metrics.collectUsage(l.usage, l.objects)
 	l.slots = make(chan struct{}, l.MaxBringUps)
+	if l.MaxRestartsAtOnce <= 0 {
+		l.MaxRestartsAtOnce = 1
+	}
+	l.restartSlots = make(chan struct{}, l.MaxRestartsAtOnce)
 	l.mu.Lock() // Address may already be asked (the front door serves beside the loop)
 	l.state, l.changed = map[string]*runState{}, make(chan struct{})
 	l.mu.Unlock()
@@ -234,10 +249,37 @@ func (l *Loop) Run(ctx context.Context) error {
 	l.nodeQueue.ShutDown()
 	wg.Wait()
 	// Every worker has returned, so no bring-up can begin now; those under way see ctx end,
-	// and their Spawn reaps what it started. Only then are the running groups stopped: a
-	// group half brought up is never left behind.
+	// and their Spawn reaps what it started. Only then are the running groups stopped (or,
+	// with KeepOnExit, let go of): a group half brought up is never left behind.
 	l.bringUps.Wait()
+	if l.KeepOnExit {
+		l.detachAll()
+		return nil
+	}
 	return l.stopAll()
+}
+
+// detachAll lets go of every running cluster and leaves it running (Cluster.Detach), for
+// the next run to adopt. A cluster whose component exited is stopped instead: it is not
+// whole, and the next run would only reap it.
+func (l *Loop) detachAll() {
+	l.mu.Lock()
+	var keep, stop []*Cluster
+	for _, st := range l.state {
+		switch {
+		case st.cluster == nil:
+		case st.group == materialiser.GroupUp:
+			keep = append(keep, st.cluster)
+		default:
+			stop = append(stop, st.cluster)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range keep {
+		c.Detach()
+	}
+	parallel.Each(stopsAtOnce, stop, func(c *Cluster) error { return c.Stop() })
+	l.Log.Info("stopping; the clusters keep running for the next run to adopt", "kept", len(keep), "stopped", len(stop))
 }
 
 // work takes one key from q and reconciles it: an error retries with backoff, a requeue
@@ -490,6 +532,10 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 	_, err := os.Stat(dir)
 	o.DataDirExists = err == nil
 	o.LeaseHeld = l.leaseOf(cl.Name) != 0
+	l.mu.Lock()
+	o.Adopting = l.Adopt && o.LeaseHeld && st.attempts == 0 &&
+		(st.group == materialiser.GroupAbsent && st.cluster == nil || st.group == materialiser.GroupStarting && st.adopting)
+	l.mu.Unlock()
 	if c != nil {
 		if list, err := c.Instances(); err == nil {
 			o.Nodes = len(list)
@@ -580,10 +626,12 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 			return errHostFull
 		}
 		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), nil
+		adopt := l.Adopt && l.leaseOf(cl.Name) != 0 // nothing runs of a cluster that holds no port
+		st.adopting = adopt
 		l.signalLocked()
 		l.mu.Unlock()
 		l.bringUps.Add(1)
-		go l.bringUp(key, cl.Name, cl.Namespace, PolicyOf(cl.Spec))
+		go l.bringUp(key, cl.Name, cl.Namespace, PolicyOf(cl.Spec), adopt)
 		return nil
 	case materialiser.OpStop:
 		l.mu.Lock()
@@ -656,26 +704,53 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 }
 
 // bringUp runs one bring-up (in a slot), delivers the kubeconfig, and watches for an exit.
-// It ends with the provider: a bring-up cut short reaps what it started.
-func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
+// With adopt it first tries to take the cluster over as an earlier run left it running,
+// which needs no slot: nothing starts. It ends with the provider: a bring-up cut short
+// reaps what it started.
+func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 	defer l.bringUps.Done()
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.runCtx.Done():
-		st := l.st(key)
-		l.mu.Lock()
-		st.group = materialiser.GroupAbsent // nothing started
-		l.signalLocked()
-		l.mu.Unlock()
-		return
-	}
-	defer func() { <-l.slots }()
 	ctx, cancel := context.WithTimeout(l.runCtx, bringUpDeadline)
 	defer cancel()
-	t0 := time.Now()
-	c, err := l.P.UpWith(ctx, name, np)
-	if err == nil {
-		l.Metrics.bringUp.Observe(time.Since(t0).Seconds())
+	log := l.Log.With("cluster", key)
+	var c *Cluster
+	var err error
+	if adopt {
+		t0 := time.Now()
+		if c, err = l.P.AdoptWith(ctx, name, np); err == nil {
+			_, stale := c.Adopted()
+			state := "current"
+			if len(stale) > 0 {
+				state = "stale"
+			}
+			l.Metrics.adopted.WithLabelValues(state).Inc()
+			log.Info("adopted: its processes run on, untouched", "took", time.Since(t0).Round(time.Millisecond), "stale", stale)
+		} else {
+			log.Info("not adopted; bringing it up", "why", err)
+			c = nil
+		}
+		st := l.st(key)
+		l.mu.Lock()
+		st.adopting = false
+		l.mu.Unlock()
+		l.queue.Add(key) // its status says what comes now
+	}
+	if c == nil {
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.runCtx.Done():
+			st := l.st(key)
+			l.mu.Lock()
+			st.group = materialiser.GroupAbsent // nothing started
+			l.signalLocked()
+			l.mu.Unlock()
+			return
+		}
+		t0 := time.Now()
+		c, err = l.P.UpWith(ctx, name, np)
+		<-l.slots
+		if err == nil {
+			l.Metrics.bringUp.Observe(time.Since(t0).Seconds())
+		}
 	}
 	if err == nil {
 		err = l.deliverKubeconfig(ctx, c.Name, c.TenantKubeconfig, ns)
@@ -715,10 +790,52 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy) {
 			case <-c.stopping:
 			}
 		}()
+		if _, stale := c.Adopted(); len(stale) > 0 {
+			l.bringUps.Add(1)
+			go l.restartStale(key, name, ns, np, c)
+		}
 	}
 	l.signalLocked()
 	l.mu.Unlock()
 	l.queue.Add(key)
+}
+
+// restartStale restarts a cluster adopted stale (its processes run another binary, argv or
+// credentials than this provider would start them with: an upgrade), at most
+// MaxRestartsAtOnce at a time: each waits for a restart slot, and a slot is freed only
+// once its cluster is Ready again or its bring-up failed. Until its turn the cluster
+// serves as it is. The turn is given up if the cluster was stopped, exited or changed
+// hands meanwhile.
+func (l *Loop) restartStale(key, name, ns string, np NodePolicy, c *Cluster) {
+	defer l.bringUps.Done()
+	select {
+	case l.restartSlots <- struct{}{}:
+	case <-l.runCtx.Done():
+		return
+	}
+	defer func() { <-l.restartSlots }()
+	st := l.st(key)
+	l.mu.Lock()
+	if st.cluster != c || st.group != materialiser.GroupUp {
+		l.mu.Unlock()
+		return
+	}
+	st.group, st.cluster, st.progress, st.lastAttempt = materialiser.GroupStarting, nil, nil, time.Now()
+	l.signalLocked()
+	l.mu.Unlock()
+	_, stale := c.Adopted()
+	l.Log.Info("restarting to run what this provider runs", "cluster", key, "why", stale)
+	l.queue.Add(key)
+	if err := c.Stop(); err != nil {
+		l.mu.Lock()
+		st.group, st.attempts, st.reason, st.failedStep = materialiser.GroupFailed, st.attempts+1, err.Error(), "restart"
+		l.signalLocked()
+		l.mu.Unlock()
+		l.queue.Add(key)
+		return
+	}
+	l.bringUps.Add(1)
+	l.bringUp(key, name, ns, np, false)
 }
 
 // failed reports a failed operation on obj: at ERROR with a Warning Event on obj, unless

@@ -20,6 +20,7 @@ type Metrics struct {
 	teardown  prometheus.Histogram
 	wake      prometheus.Histogram
 	restarts  *prometheus.CounterVec
+	adopted   *prometheus.CounterVec
 	nodes     *prometheus.GaugeVec
 	certs     *prometheus.GaugeVec
 	byCluster map[string]materialiser.Phase
@@ -42,6 +43,8 @@ func NewMetrics() *Metrics {
 			Help: "Time from the first request held for a sleeping cluster to the cluster Ready.", Buckets: buckets}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "socialweb_component_restarts_total",
 			Help: "Components that exited on their own, after which their cluster was brought back."}, []string{"component"}),
+		adopted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "socialweb_clusters_adopted_total",
+			Help: "Clusters this run took over running as an earlier run left them (current: as they were; stale: then restarted one at a time)."}, []string{"state"}),
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "socialweb_cluster_nodes",
 			Help: "Guests listed in each cluster's nodes.json."}, []string{"cluster"}),
 		// A timestamp, as cert-manager's certmanager_certificate_expiration_timestamp_seconds:
@@ -50,7 +53,7 @@ func NewMetrics() *Metrics {
 			Help: "When each cluster's soonest-expiring leaf certificate expires (Unix seconds), read at its last start or mint."}, []string{"cluster"}),
 		byCluster: map[string]materialiser.Phase{},
 	}
-	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.nodes, m.certs,
+	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.adopted, m.nodes, m.certs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range phases {
 		m.phases.WithLabelValues(string(p)).Set(0)

@@ -255,10 +255,11 @@ func (c *Cluster) startNodeGroup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ready := newLineGate(kwokReady, c.logWriter(procgroup.ComponentKwok))
+	spec := componentSpec(s, procgroup.ComponentKwok, sp)
+	ready := newLogLine(spec.LogFile, kwokReady)
 	step := procgroup.Step{
 		Name: procgroup.ComponentKwok,
-		Spec: componentSpec(s, procgroup.ComponentKwok, sp, ready),
+		Spec: spec,
 		Prepare: all(
 			bootstrapKwokRBAC(c.admin),
 			func(context.Context) error {
@@ -269,6 +270,7 @@ func (c *Cluster) startNodeGroup(ctx context.Context) error {
 			},
 		),
 		Ready:        ready.wait,
+		Live:         all(ready.written, connected(s.APIServerPort)),
 		ReadyTimeout: kwokReadyTimeout,
 	}
 	step.Spec.User = c.as.components()
@@ -281,7 +283,19 @@ func (c *Cluster) startNodeGroup(ctx context.Context) error {
 		}
 		step.Spec.Cgroup = nodes
 	}
-	g, err := procgroup.Spawn(ctx, c.p.nodeGroupOptions(s), []procgroup.Step{step})
+	opts := c.p.nodeGroupOptions(s)
+	opts.Inputs = c.inputs
+	// The kwok an earlier run left is adopted when it proves itself and is current; any
+	// other is reaped by Spawn (its simulated nodes are only its state in the apiserver).
+	if g, a, err := procgroup.Adopt(ctx, opts, []procgroup.Step{step}); err == nil {
+		if len(a.Stale) == 0 {
+			c.nodes = g
+			c.watch(g)
+			return nil
+		}
+		g.Reap()
+	}
+	g, err := procgroup.Spawn(ctx, opts, []procgroup.Step{step})
 	if err != nil {
 		return fmt.Errorf("cluster %s: node group: %w", c.Name, err)
 	}

@@ -31,7 +31,6 @@ import (
 	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
-	"socialweb.computer/kcp/internal/logfile"
 	"socialweb.computer/kcp/internal/nodeprovider"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/procgroup"
@@ -61,7 +60,8 @@ type Config struct {
 	K3sBinary string
 	// Grace is how long a component has between its stop signal and SIGKILL.
 	Grace time.Duration
-	// Log receives every component's prefixed output, besides the per-component log files.
+	// Log, when set, receives every component's output, prefixed with its name, as it is
+	// written to the component's own log file (serve -v).
 	Log io.Writer
 	// OnEvent, when set, is told of each step's progress.
 	OnEvent func(cluster string, e procgroup.Event)
@@ -266,7 +266,6 @@ type Cluster struct {
 
 	p       *Provider
 	group   *procgroup.Group
-	logs    []io.Closer
 	mu      sync.Mutex
 	stopped bool
 	snapMu  sync.Mutex // serialises edits of nodes.json
@@ -288,6 +287,13 @@ type Cluster struct {
 	stopping chan struct{}       // closed by Stop: the watchers end
 
 	doorNames []string // the front-door names its serving certificate carries
+
+	// inputs is the digest of what its components read (inputsDigest), recorded with each
+	// process; adopted says this run took the cluster over running, and stale why it runs
+	// other than this provider would start it (Adopted).
+	inputs  string
+	adopted bool
+	stale   []string
 }
 
 // EnsureServingNames mints the serving certificate again, from the same CA, when the
@@ -397,9 +403,35 @@ const FrontName = "front"
 // UpFront brings up the provider's own management API server (the embedded front): kine on
 // SQLite, kube-apiserver, and a controller-manager for namespaces and garbage collection.
 func (p *Provider) UpFront(ctx context.Context) (*Cluster, error) {
-	return p.upSpec(ctx, clusterstack.Spec{
-		Name: FrontName, DataDir: filepath.Join(p.cfg.DataRoot, FrontName), BinDir: p.cfg.BinDir, Front: true,
-	})
+	s := p.frontSpec()
+	pol := NodePolicy{Resources: p.cfg.Limits, Objects: p.cfg.Objects}
+	// The front an earlier run left running (serve --on-exit keep) is adopted when it is
+	// proven and current; a stale one is the operator's alone, and is simply restarted.
+	c, err := p.upOrAdopt(ctx, s, pol, true)
+	if err == nil {
+		_, stale := c.Adopted()
+		if len(stale) == 0 {
+			return c, nil
+		}
+		err = fmt.Errorf("stale: %v", stale)
+		if serr := c.Stop(); serr != nil {
+			return nil, serr
+		}
+	}
+	if p.cfg.Logger != nil {
+		p.cfg.Logger.Info("the front is not adopted; bringing it up", "why", err)
+	}
+	return p.upSpec(ctx, s)
+}
+
+// UpFrontAfresh brings the front up with no adoption: what an earlier run left of it is
+// reaped first (serve --adopt=false).
+func (p *Provider) UpFrontAfresh(ctx context.Context) (*Cluster, error) {
+	return p.upSpec(ctx, p.frontSpec())
+}
+
+func (p *Provider) frontSpec() clusterstack.Spec {
+	return clusterstack.Spec{Name: FrontName, DataDir: filepath.Join(p.cfg.DataRoot, FrontName), BinDir: p.cfg.BinDir, Front: true}
 }
 
 func leaseHolder(s clusterstack.Spec) string {
@@ -425,6 +457,29 @@ func (p *Provider) upSpec(ctx context.Context, s clusterstack.Spec) (*Cluster, e
 
 // upSpecWith brings s up, held to pol's resources and object cap (defaults applied).
 func (p *Provider) upSpecWith(ctx context.Context, s clusterstack.Spec, pol NodePolicy) (*Cluster, error) {
+	return p.upOrAdopt(ctx, s, pol, false)
+}
+
+// AdoptWith takes over the cluster named name as an earlier run of the provider left it
+// running, when every process of it is proven ours and passes its gate (procgroup.Adopt):
+// no process starts or stops, and its tenant sees nothing. It is ErrNotAdopted, having
+// changed nothing that runs, when the cluster does not run or cannot be proven; UpWith then
+// reaps what is there and brings it up. An adopted cluster may be stale (Adopted).
+func (p *Provider) AdoptWith(ctx context.Context, name string, np NodePolicy) (*Cluster, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	s := p.tenantSpec(name)
+	s.MaxNodes, s.PodsPerNode = np.MaxNodes, np.PodsPerNode
+	np.Resources = np.Resources.Or(p.cfg.Limits)
+	if np.Objects == 0 {
+		np.Objects = p.cfg.Objects
+	}
+	return p.upOrAdopt(ctx, s, np, true)
+}
+
+// upOrAdopt brings s up or, with adopt, takes over what runs of it (AdoptWith).
+func (p *Provider) upOrAdopt(ctx context.Context, s clusterstack.Spec, pol NodePolicy, adopt bool) (*Cluster, error) {
 	if err := p.checkBinaries(s); err != nil {
 		return nil, err
 	}
@@ -432,12 +487,24 @@ func (p *Provider) upSpecWith(ctx context.Context, s clusterstack.Spec, pol Node
 		return nil, err
 	}
 	holder := leaseHolder(s)
+	if adopt {
+		// What runs holds its port: no lease, nothing of it can be serving.
+		port := p.book.Held(holder)
+		if port == 0 {
+			return nil, fmt.Errorf("cluster %s: %w: it holds no port", s.Name, ErrNotAdopted)
+		}
+		if running, _ := procgroup.Running(s.Layout().RunDir()); len(running) == 0 {
+			return nil, fmt.Errorf("cluster %s: %w: nothing of it runs", s.Name, ErrNotAdopted)
+		}
+		s.APIServerPort = port
+		return p.up(ctx, s, pol, true)
+	}
 	port, err := p.book.Acquire(holder)
 	if err != nil {
 		return nil, err
 	}
 	s.APIServerPort = port
-	c, err := p.up(ctx, s, pol)
+	c, err := p.up(ctx, s, pol, false)
 	if err != nil {
 		// Spawn reaped whatever it had started; only now may the lease go (invariant 8).
 		if rerr := p.book.Release(port, holder); rerr != nil {
@@ -448,7 +515,9 @@ func (p *Provider) upSpecWith(ctx context.Context, s clusterstack.Spec, pol Node
 	return c, nil
 }
 
-func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy) (*Cluster, error) {
+// up brings s up behind its gates or, with adopt, adopts the group an earlier run left
+// (procgroup.Adopt), changing nothing that runs if it cannot.
+func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, adopt bool) (*Cluster, error) {
 	name, port := s.Name, s.APIServerPort
 	l := s.Layout()
 	as, err := p.runAs(s)
@@ -456,6 +525,9 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy) 
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
 	fresh := !exists(l.Root)
+	if adopt && fresh {
+		return nil, fmt.Errorf("cluster %s: %w: no DataDir", name, ErrNotAdopted)
+	}
 	if err := p.makeDataDir(s, as); err != nil {
 		if fresh {
 			os.RemoveAll(l.Root)
@@ -474,51 +546,66 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy) 
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
 	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}),
-		doorNames: doorNames, as: as}
-	in := StepInput{Spec: s, Identity: id, Admin: admin, Output: c.logWriter, As: as}
+		doorNames: doorNames, as: as, inputs: inputsDigest(l)}
+	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as}
 	if p.cfg.Cgroups != nil && !s.Front {
 		// The cluster's group is made, with its limits, before its first process; its
-		// processes are in leaves below it (control-plane/, nodes/), as v2 wants.
+		// processes are in leaves below it (control-plane/, nodes/), as v2 wants. (An
+		// adopted cluster's exist: its limits are set again.)
 		c.cgroup = p.cfg.Cgroups.Group(name)
 		controlPlane := p.cfg.Cgroups.Group(name, "control-plane")
 		if err := c.cgroup.Create(pol.Resources); err != nil {
-			c.closeLogs()
 			return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
 		}
 		if err := controlPlane.Create(cgroups.Limits{}); err != nil {
-			c.closeLogs()
 			return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
 		}
 		in.Cgroup = controlPlane
 	}
 	steps, err := StepsFor(in)
 	if err != nil {
-		c.closeLogs()
 		return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
 	}
-	// The guests an earlier run left (real ones, kwok) go first: they depend on the
-	// control plane.
-	if err := p.reapGuestSurvivors(s); err != nil {
-		c.closeLogs()
-		return nil, fmt.Errorf("cluster %s: reap the real guests' survivors: %w", name, err)
+	opts := p.groupOptions(s)
+	opts.Inputs = c.inputs
+	if adopt {
+		g, a, err := procgroup.Adopt(ctx, opts, steps)
+		if err != nil {
+			// Nothing was touched: what runs is the bring-up's to reap.
+			return nil, fmt.Errorf("cluster %s: %w: %v", name, ErrNotAdopted, err)
+		}
+		c.group, c.adopted, c.stale = g, true, a.Stale
+		// The real guests an earlier run left are booted again (their pods restart; the
+		// tenant's API does not): their inits are not adopted yet. kwok is, by
+		// startNodeGroup, when it proves itself.
+		if err := p.reapGuestSurvivors(s); err != nil {
+			g.Release()
+			return nil, fmt.Errorf("cluster %s: %w: reap the real guests' survivors: %v", name, ErrNotAdopted, err)
+		}
+	} else {
+		// The guests an earlier run left (real ones, kwok) go first: they depend on the
+		// control plane.
+		if err := p.reapGuestSurvivors(s); err != nil {
+			return nil, fmt.Errorf("cluster %s: reap the real guests' survivors: %w", name, err)
+		}
+		if _, err := procgroup.ReapSurvivors(p.nodeGroupOptions(s)); err != nil {
+			return nil, fmt.Errorf("cluster %s: reap the node group's survivors: %w", name, err)
+		}
+		g, err := procgroup.Spawn(ctx, opts, steps)
+		if err != nil {
+			removeStale(l.KineSocket())
+			return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
+		}
+		c.group = g
 	}
-	if _, err := procgroup.ReapSurvivors(p.nodeGroupOptions(s)); err != nil {
-		c.closeLogs()
-		return nil, fmt.Errorf("cluster %s: reap the node group's survivors: %w", name, err)
-	}
-	g, err := procgroup.Spawn(ctx, p.groupOptions(s), steps)
-	if err != nil {
-		c.closeLogs()
-		removeStale(l.KineSocket())
-		return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
-	}
-	c.group = g
-	c.watch(g)
+	c.watch(c.group)
+	go c.keepLogs()
 	if !s.Front {
 		go c.holdObjectCap(pol.Objects)
 	}
-	// Guests listed from an earlier run come back: simulated ones get kwok again, real
-	// ones boot again from their directories (their kubelets keep their certificates).
+	// Guests listed from an earlier run come back: simulated ones get kwok again (or keep
+	// the one that runs), real ones boot again from their directories (their kubelets keep
+	// their certificates).
 	if list, err := c.Instances(); err == nil && len(list) > 0 {
 		if err := c.restartGuests(ctx, list); err != nil {
 			c.Stop()
@@ -690,30 +777,6 @@ func ensureDirOwned(path string, mode os.FileMode, uid, gid int) error {
 	return os.Chmod(path, mode) // MkdirAll is subject to the umask and leaves existing modes
 }
 
-func (c *Cluster) logWriter(comp procgroup.Component) io.Writer {
-	// Capped and rotated: the CCM logs every resync, and nothing else would bound a log.
-	f, err := logfile.Open(c.Spec.Layout().Log(comp.String()), logfile.DefaultMaxBytes, logfile.DefaultKeep)
-	if err != nil {
-		return c.p.cfg.Log
-	}
-	c.mu.Lock()
-	c.logs = append(c.logs, f)
-	c.mu.Unlock()
-	if c.p.cfg.Log == nil {
-		return f
-	}
-	return io.MultiWriter(f, c.p.cfg.Log)
-}
-
-func (c *Cluster) closeLogs() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, f := range c.logs {
-		f.Close()
-	}
-	c.logs = nil
-}
-
 // Stop reaps the cluster's group in reverse order, removes its sockets, and only then
 // releases its port lease. Its data is kept. Stop is idempotent.
 func (c *Cluster) Stop() error {
@@ -737,7 +800,6 @@ func (c *Cluster) Stop() error {
 	if err == nil {
 		err = c.removeCgroup()
 	}
-	c.closeLogs()
 	if rerr := removeStale(c.Spec.Layout().KineSocket()); rerr != nil {
 		err = errors.Join(err, rerr)
 	}

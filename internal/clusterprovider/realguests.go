@@ -159,7 +159,7 @@ func (c *Cluster) startGuest(ctx context.Context, g nodeprovider.Guest, argv []s
 	if err := pods.PrepareForKubelet(); err != nil {
 		return 0, err
 	}
-	spec := componentSpec(c.Spec, procgroup.ComponentGuest, argv, c.logWriter(procgroup.ComponentGuest))
+	spec := componentSpec(c.Spec, procgroup.ComponentGuest, argv)
 	spec.Prefix = g.Name
 	spec.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	spec.Cgroup = system

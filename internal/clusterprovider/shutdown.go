@@ -72,7 +72,7 @@ func (p *Provider) Kill() error {
 // bring-up waiting for its slot is what would have reaped them): without this, those
 // survivors would outlive the stop. Call it once this run's own groups are stopped.
 func (p *Provider) ReapLeftovers() error {
-	specs := []clusterstack.Spec{{Name: FrontName, DataDir: filepath.Join(p.cfg.DataRoot, FrontName), BinDir: p.cfg.BinDir, Front: true}}
+	specs := []clusterstack.Spec{p.frontSpec()}
 	ents, err := os.ReadDir(filepath.Join(p.cfg.DataRoot, "clusters"))
 	if err != nil && !os.IsNotExist(err) {
 		return err

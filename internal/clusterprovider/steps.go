@@ -3,7 +3,6 @@ package clusterprovider
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"syscall"
 	"time"
@@ -33,8 +32,6 @@ type StepInput struct {
 	Spec     clusterstack.Spec
 	Identity Identity
 	Admin    kubernetes.Interface // the provider's own client of the tenant apiserver
-	// Output receives every component's prefixed log lines (the component log files).
-	Output func(c procgroup.Component) io.Writer
 	// Cgroup, when set, receives every process of the group (the cluster's control group).
 	Cgroup processrunner.Placer
 	// As is who the processes run as (the cluster's own user, with tenant users).
@@ -46,24 +43,18 @@ type StepInput struct {
 func StepsFor(in StepInput) ([]procgroup.Step, error) {
 	s := in.Spec
 	l := s.Layout()
-	out := func(c procgroup.Component) io.Writer {
-		if in.Output == nil {
-			return nil
-		}
-		return in.Output(c)
-	}
 	spec := func(c procgroup.Component) (processrunner.Spec, error) {
 		argv, err := s.Argv(c)
 		if err != nil {
 			return processrunner.Spec{}, err
 		}
-		sp := componentSpec(s, c, argv, out(c))
+		sp := componentSpec(s, c, argv)
 		sp.Cgroup, sp.User = in.Cgroup, in.As.components()
 		return sp, nil
 	}
 	var steps []procgroup.Step
 	if !s.Front {
-		pgStep, err := postgresStep(s, in.As, spec, out)
+		pgStep, err := postgresStep(s, in.As, spec)
 		if err != nil {
 			return nil, err
 		}
@@ -99,6 +90,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		switch c {
 		case procgroup.ComponentAPIServer:
 			step.Ready = all(waitReadyz(in.Admin), bootstrapTenantRBAC(in.Admin))
+			step.Live = waitReadyz(in.Admin)
 			if !s.Front {
 				step.Ready = all(step.Ready, bootstrapKubeletClientRBAC(in.Admin))
 				// Written at every start, so a DataDir older than the audit log, or than
@@ -116,12 +108,15 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 			step.ReadyTimeout = apiserverReady
 		case procgroup.ComponentControllerManager:
 			step.Ready = waitControllers(in.Admin)
+			step.Live = connected(s.APIServerPort)
 			step.ReadyTimeout = controlsReady
 		case procgroup.ComponentScheduler:
 			step.Ready = waitScheduler(in.Admin)
+			step.Live = connected(s.APIServerPort)
 			step.ReadyTimeout = controlsReady
 		case procgroup.ComponentK3s:
 			step.Ready = all(waitReadyz(in.Admin), bootstrapTenantRBAC(in.Admin), waitControllers(in.Admin), waitScheduler(in.Admin))
+			step.Live = all(waitReadyz(in.Admin), connected(s.APIServerPort))
 			step.ReadyTimeout = apiserverReady
 		}
 		steps = append(steps, step)
@@ -138,8 +133,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		return nil, err
 	}
 	ccm.Env = s.CloudControllerManagerEnv()
-	ready := newLineGate(contract.ReadyLine(s.Name), ccm.Output)
-	ccm.Output = ready
+	ready := newLogLine(ccm.LogFile, contract.ReadyLine(s.Name))
 	steps = append(steps, procgroup.Step{
 		Name: procgroup.ComponentCloudControllerManager,
 		Spec: ccm,
@@ -149,6 +143,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 			func(context.Context) error { return in.As.own(s) },
 		),
 		Ready:        ready.wait,
+		Live:         all(ready.written, connected(s.APIServerPort)),
 		ReadyTimeout: ccmReady,
 	})
 	return steps, validateSteps(steps)
@@ -163,7 +158,7 @@ func validateSteps(steps []procgroup.Step) error {
 
 // postgresStep is the tenant's datastore: initdb on first start, then Postgres as the
 // postgres user, ready once kine's role and database exist.
-func postgresStep(s clusterstack.Spec, as runAs, spec func(procgroup.Component) (processrunner.Spec, error), out func(procgroup.Component) io.Writer) (procgroup.Step, error) {
+func postgresStep(s clusterstack.Spec, as runAs, spec func(procgroup.Component) (processrunner.Spec, error)) (procgroup.Step, error) {
 	l := s.Layout()
 	pg, err := spec(procgroup.ComponentPostgres)
 	if err != nil {
@@ -176,7 +171,7 @@ func postgresStep(s clusterstack.Spec, as runAs, spec func(procgroup.Component) 
 		Name: procgroup.ComponentPostgres,
 		Spec: pg,
 		Prepare: func(ctx context.Context) error {
-			return initdb(ctx, s, as.postgres(), out(procgroup.ComponentPostgres))
+			return initdb(ctx, s, as.postgres(), pg.LogFile)
 		},
 		Ready: all(
 			waitDial("unix", l.PostgresSocket()),
@@ -187,19 +182,21 @@ func postgresStep(s clusterstack.Spec, as runAs, spec func(procgroup.Component) 
 				})
 			},
 		),
+		Live:         waitDial("unix", l.PostgresSocket()),
 		ReadyTimeout: postgresReady,
 	}, nil
 }
 
-// componentSpec runs a component of s from its DataDir, its output prefixed with its name.
-func componentSpec(s clusterstack.Spec, c procgroup.Component, argv []string, out io.Writer) processrunner.Spec {
-	return processrunner.Spec{Argv: argv, Dir: s.DataDir, Prefix: c.String(), Output: out}
+// componentSpec runs a component of s from its DataDir, writing its own log file
+// (logs/<component>.log): it outlives the provider, as a pipe to it would not.
+func componentSpec(s clusterstack.Spec, c procgroup.Component, argv []string) processrunner.Spec {
+	return processrunner.Spec{Argv: argv, Dir: s.DataDir, Prefix: c.String(), LogFile: s.Layout().Log(c.String())}
 }
 
 // initdb creates the Postgres data directory on first start; an existing one is kept (the
 // tenant's data). initdb runs as the user Postgres runs as (as), and reads the superuser
 // password from a copy only that user can read, removed right after.
-func initdb(ctx context.Context, s clusterstack.Spec, as string, out io.Writer) error {
+func initdb(ctx context.Context, s clusterstack.Spec, as string, logFile string) error {
 	l := s.Layout()
 	uid, gid, err := processrunner.LookupUser(as)
 	if err != nil {
@@ -229,7 +226,7 @@ func initdb(ctx context.Context, s clusterstack.Spec, as string, out io.Writer) 
 	}
 	defer os.Remove(tmp)
 	err = processrunner.Run(ctx, processrunner.Spec{
-		Argv: s.InitdbArgv(), Dir: l.PostgresDir(), Prefix: "initdb", Output: out,
+		Argv: s.InitdbArgv(), Dir: l.PostgresDir(), Prefix: "initdb", LogFile: logFile,
 		User: as, Env: []string{"LC_ALL=C"},
 	})
 	if err != nil {

@@ -4,8 +4,12 @@
 package livetest
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,6 +75,11 @@ func DataRoot(t testing.TB) string {
 		os.Chmod(d, 0o711)
 	}
 	t.Cleanup(func() {
+		// A provider may leave its clusters running on purpose (serve --on-exit keep, or
+		// killed with -9): a test that failed before its own teardown leaves none of them.
+		if n := killMentioning(root + "/"); n > 0 {
+			t.Logf("killed %d processes of %s left running", n, root)
+		}
 		dirs, _ := filepath.Glob(filepath.Join(root, "clusters", "*"))
 		for _, d := range dirs {
 			if err := tenantuser.Remove(tenantuser.Name(d)); err != nil {
@@ -109,4 +118,28 @@ func StackPrograms(bin string) []string {
 		filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"),
 		filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"),
 	}
+}
+
+// killMentioning kills, with its process group, every process whose arguments or
+// environment mention marker, and returns how many it found.
+func killMentioning(marker string) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || pid <= 1 {
+			continue
+		}
+		mentions := false
+		for _, f := range []string{"cmdline", "environ"} {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+			mentions = mentions || err == nil && bytes.Contains(b, []byte(marker))
+		}
+		if mentions {
+			n++
+			syscall.Kill(-pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return n
 }

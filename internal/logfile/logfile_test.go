@@ -73,3 +73,29 @@ func TestALargeWriteIsKeptWhole(t *testing.T) {
 		t.Errorf("%q", read(t, path))
 	}
 }
+
+func TestTrimCapsALogAnotherProcessAppendsTo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.log")
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Write([]byte(strings.Repeat("a", 100)))
+	if err := Trim(path, 50, 2); err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("b\n")) // the writer's descriptor is still good, at the new start
+	if b, _ := os.ReadFile(path); string(b) != "b\n" {
+		t.Fatalf("after Trim the log holds %q, want the writer's next line alone", b)
+	}
+	if b, _ := os.ReadFile(path + ".1"); len(b) != 100 {
+		t.Fatalf("%s.1 holds %d bytes, want the 100 trimmed", path, len(b))
+	}
+	if err := Trim(path, 50, 2); err != nil { // under its cap: untouched
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "b\n" {
+		t.Fatalf("a log under its cap was changed: %q", b)
+	}
+}

@@ -93,6 +93,11 @@ type Observed struct {
 	// yet reaped). A bring-up waits while they fill the cap.
 	MaxRunning       int
 	RunningElsewhere int
+
+	// Adopting: an earlier run of the provider left the cluster running (it holds its
+	// lease) and this run is taking it over as it runs, or is about to try: a Ready
+	// cluster stays Ready meanwhile, its tenant sees nothing.
+	Adopting bool
 }
 
 // HostFull says whether a bring-up of this cluster must wait for another one to stop.
@@ -265,6 +270,9 @@ func keepUp(o Observed) Result {
 		}
 		return r
 	case GroupStarting:
+		if o.Adopting && o.Phase == PhaseReady {
+			return adopting()
+		}
 		if o.Phase == PhaseSleeping {
 			return Result{Phase: PhaseSleeping, Ready: notReady("Waking", "a request is waiting at the front door: bring-up under way")}
 		}
@@ -307,11 +315,22 @@ func keepUp(o Observed) Result {
 	if o.Phase == PhaseSleeping {
 		return Result{Phase: PhaseSleeping, Ready: notReady("Waking", "a request is waiting at the front door: starting the process group"), Ops: []Op{OpBringUp}}
 	}
+	if o.Adopting && o.Phase == PhaseReady {
+		r := adopting()
+		r.Ops = []Op{OpBringUp}
+		return r
+	}
 	// Absent: bring it up (after the backoff, when the last attempt failed or exited).
 	if wait := o.LastAttempt.Add(Backoff(o.Attempts)).Sub(o.Now); o.Attempts > 0 && wait > 0 {
 		return Result{Phase: PhaseUnavailable, Ready: notReady("BackingOff", fmt.Sprintf("next bring-up in %s", wait.Round(time.Second))), Requeue: wait}
 	}
 	return Result{Phase: down, Ready: notReady("BringingUp", "starting the process group"), Ops: []Op{OpBringUp}}
+}
+
+// adopting is a Ready cluster being taken over as it runs: still Ready.
+func adopting() Result {
+	return Result{Phase: PhaseReady, Ready: Condition{Status: true, Reason: "Adopting",
+		Message: "an earlier run of the provider left it running: taking it over, nothing restarts"}}
 }
 
 // SleepIn is how long until a Ready cluster may sleep, and whether it ever may now: sleep

@@ -46,6 +46,15 @@ func TestTransitions(t *testing.T) {
 		{"Unavailable -> bring back up", obs(func(o *Observed) {
 			o.Phase, o.EverReady, o.Attempts, o.LastAttempt = PhaseUnavailable, true, 2, t0.Add(-time.Hour)
 		}), PhaseUnavailable, "BringingUp", []Op{OpBringUp}, false},
+		{"a restarted provider adopting a Ready cluster: still Ready", obs(func(o *Observed) {
+			o.Phase, o.EverReady, o.Adopting, o.LeaseHeld = PhaseReady, true, true, true
+		}), PhaseReady, "Adopting", []Op{OpBringUp}, false},
+		{"adoption under way: still Ready", obs(func(o *Observed) {
+			o.Group, o.Phase, o.EverReady, o.Adopting, o.LeaseHeld = GroupStarting, PhaseReady, true, true, true
+		}), PhaseReady, "Adopting", nil, false},
+		{"not adoptable, brought up again: Unavailable", obs(func(o *Observed) {
+			o.Group, o.Phase, o.EverReady, o.LeaseHeld = GroupStarting, PhaseReady, true, true
+		}), PhaseUnavailable, "BringingUp", nil, false},
 		{"Unavailable -> Ready", obs(func(o *Observed) { o.Group, o.Phase, o.EverReady = GroupUp, PhaseUnavailable, true }), PhaseReady, "Ready", nil, false},
 		{"running: false parks a Ready cluster", obs(func(o *Observed) { o.Running, o.Group, o.Phase, o.LeaseHeld = false, GroupUp, PhaseReady, true }), PhaseUnavailable, "Parking", []Op{OpStop}, false},
 		{"parked: the lease goes once nothing runs", obs(func(o *Observed) { o.Running, o.LeaseHeld = false, true }), PhaseUnavailable, "Parking", []Op{OpReapSurvivors, OpReleaseLease}, false},

@@ -114,6 +114,18 @@ func (b *Book) Acquire(holder string) (int, error) {
 	return 0, fmt.Errorf("lease a port for %s: %w %s (%d leased; widen the range or tear down a cluster)", holder, ErrExhausted, b.rng, len(b.leases))
 }
 
+// Held is the port leased to holder; 0 when it holds none.
+func (b *Book) Held(holder string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for p, h := range b.leases {
+		if h == holder {
+			return p
+		}
+	}
+	return 0
+}
+
 // Release frees port, which holder must hold. Releasing a port nobody holds is a no-op.
 func (b *Book) Release(port int, holder string) error {
 	b.mu.Lock()

@@ -1,8 +1,12 @@
-// Package processrunner starts, signals and waits for one process. Each process leads its
-// own process group (setpgid), so a signal to the group reaches whatever it forked; its
-// environment is exactly Spec.Env (nothing is inherited by accident, invariant 13); its
-// output is copied line by line to Spec.Output behind Spec.Prefix, and the last lines are
-// kept for error messages.
+// Package processrunner starts, signals and waits for one process, or takes over one an
+// earlier run started (Adopt). Each process leads its own session and process group
+// (setsid), so a signal to the group reaches whatever it forked and nothing the provider's
+// terminal or service manager does to the provider's own group reaches it; its environment
+// is exactly Spec.Env (nothing is inherited by accident, invariant 13). Its output goes to
+// Spec.LogFile, a file it writes itself, so the provider's death costs it nothing (a pipe
+// would break, and the next write would kill it with SIGPIPE); or, without a LogFile, it
+// is copied line by line to Spec.Output behind Spec.Prefix. The last lines are kept for
+// error messages either way.
 package processrunner
 
 import (
@@ -28,7 +32,10 @@ type Spec struct {
 	Dir    string    // working directory; "" means "/"
 	Env    []string  // the child's whole environment, KEY=VALUE
 	Prefix string    // put in front of every output line, e.g. "kine"
-	Output io.Writer // where prefixed output goes; nil discards it
+	Output io.Writer // where prefixed output goes; nil discards it (without a LogFile)
+	// LogFile, when set, is where the process writes its output itself (appended, 0600):
+	// what outlives the provider. Output and Prefix are then unused.
+	LogFile string
 	// User, when set, is the OS user the process runs as (Postgres runs as "postgres").
 	User string
 	// StopSignal is sent to the process itself (not its group) to ask it to stop;
@@ -53,10 +60,15 @@ const TailLines = 20
 // Process is one started process. One goroutine owns Wait; Exited closes when it returns.
 type Process struct {
 	spec   Spec
-	cmd    *exec.Cmd
+	cmd    *exec.Cmd // nil for an adopted process: not our child
+	pid    int
 	id     Identity
 	exited chan struct{}
 	err    error // valid once exited is closed
+	// logFrom is the size of Spec.LogFile when the process started: its own output follows.
+	logFrom int64
+	// unwatch, for an adopted process, stops watching it without touching it (Release).
+	unwatch func()
 
 	mu   sync.Mutex
 	tail []string
@@ -73,7 +85,7 @@ func Start(spec Spec) (*Process, error) {
 		cmd.Dir = "/"
 	}
 	cmd.Env = append([]string{}, spec.Env...) // non-nil: an empty Env means an empty environment
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: spec.Cloneflags}
 	if spec.User != "" {
 		cred, err := credentialFor(spec.User)
 		if err != nil {
@@ -95,28 +107,47 @@ func Start(spec Spec) (*Process, error) {
 		cmd.Path = execLink(filepath.Base(spec.Argv[0]))
 	}
 	p := &Process{spec: spec, cmd: cmd, exited: make(chan struct{})}
-	pr, pw, err := os.Pipe()
-	if err != nil {
+	// out is what the child writes to; pr, with no LogFile, what we copy from.
+	var out, pr *os.File
+	var err error
+	if spec.LogFile != "" {
+		out, err = os.OpenFile(spec.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("start %s: log file: %w", spec.Argv[0], err)
+		}
+		if fi, err := out.Stat(); err == nil {
+			p.logFrom = fi.Size()
+		}
+	} else if pr, out, err = os.Pipe(); err != nil {
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
+		if pr != nil {
+			pr.Close()
+		}
+		out.Close()
 		return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
 	}
-	pw.Close()
+	out.Close()
+	p.pid = cmd.Process.Pid
 	if spec.Cgroup != nil {
 		if err := spec.Cgroup.Place(cmd.Process.Pid); err != nil {
 			// Nothing runs outside the group it was meant for: the process goes.
 			killGroup(cmd.Process.Pid)
 			cmd.Wait()
-			pr.Close()
+			if pr != nil {
+				pr.Close()
+			}
 			return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
 		}
 	}
 	copied := make(chan struct{})
-	go func() { p.copy(pr); close(copied) }()
+	if pr != nil {
+		go func() { p.copy(pr); close(copied) }()
+	} else {
+		close(copied)
+	}
 	go func() {
 		err := cmd.Wait()
 		<-copied // the pipe closes when every holder of it (the group) has exited
@@ -183,8 +214,8 @@ func (p *Process) copy(r io.ReadCloser) {
 	io.Copy(io.Discard, r)
 }
 
-// Pid is the process id (and its process group id).
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
+// Pid is the process id (and its process group and session id).
+func (p *Process) Pid() int { return p.pid }
 
 // Identity is what this process was when it started: pid, start time, cmdline.
 func (p *Process) Identity() Identity { return p.id }
@@ -195,8 +226,11 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 // Err is how the process exited; valid after Exited is closed.
 func (p *Process) Err() error { return p.err }
 
-// Tail returns the last output lines.
+// Tail returns the last output lines: with a LogFile, the last of what it wrote there.
 func (p *Process) Tail() []string {
+	if p.spec.LogFile != "" {
+		return tailOf(p.spec.LogFile, p.logFrom, TailLines)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.tail...)
@@ -215,6 +249,12 @@ func (p *Process) Stop(grace time.Duration) {
 	sig := p.spec.StopSignal
 	if sig == 0 {
 		sig = syscall.SIGTERM
+	}
+	if p.cmd == nil {
+		// Adopted: not our child, so signalled by its identity, which a reused pid fails.
+		_ = p.id.Kill(sig, grace)
+		<-p.exited
+		return
 	}
 	_ = p.cmd.Process.Signal(sig)
 	t := time.NewTimer(grace)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/user"
 	"slices"
@@ -203,4 +204,27 @@ func TestFindByMarkerMatchesOnlyOurPrograms(t *testing.T) {
 		slices.Sort(pids)
 		return slices.Equal(pids, want), fmt.Sprintf("pids %v, want %v", pids, want)
 	})
+}
+
+func TestConnectedToSeesAnEstablishedConnectionOfTheProcess(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	if ok, err := ConnectedTo(os.Getpid(), port); err != nil || ok {
+		t.Fatalf("before any connection: %v, %v", ok, err)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ok, err := ConnectedTo(os.Getpid(), port); err != nil || !ok {
+		t.Fatalf("connected: ConnectedTo says %v, %v", ok, err)
+	}
+	if ok, _ := ConnectedTo(os.Getpid(), port+1); ok {
+		t.Fatal("connected to another port, it says")
+	}
 }

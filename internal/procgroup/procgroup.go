@@ -31,6 +31,10 @@ type Step struct {
 	Ready Gate
 	// ReadyTimeout bounds Ready; zero means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// Live, when set, is the gate a running member passes to be adopted by a later run
+	// (Adopt); nil means Ready. It must leave no trace and take no action a running
+	// member would notice.
+	Live Gate
 }
 
 // DefaultReadyTimeout bounds a gate whose step sets none.
@@ -50,6 +54,10 @@ type Options struct {
 	Grace time.Duration
 	// OnEvent, when set, is told of each step's progress (for timings and progress displays).
 	OnEvent func(Event)
+	// Inputs is a digest of what the members read besides their argv and environment (the
+	// credentials, say): recorded with each member, and a group recorded with other Inputs
+	// than a later run's is stale (Adoption.Stale).
+	Inputs string
 }
 
 // Event reports one step's progress.
@@ -92,10 +100,17 @@ type member struct {
 	proc *processrunner.Process
 }
 
+// GenerationEnv names the environment entry every member is started with: the group's
+// generation, minted at each Spawn and written in each record. A process that carries its
+// record's generation was started by that Spawn, which a process another started (with the
+// same pid, argv and even start time on another boot) cannot show.
+const GenerationEnv = "SOCIALWEB_GROUP"
+
 // Group is a spawned process group.
 type Group struct {
-	opts    Options
-	members []member // in start order
+	opts       Options
+	generation string
+	members    []member // in start order
 
 	exitOnce sync.Once
 	exited   chan Exit
@@ -144,7 +159,7 @@ func Spawn(ctx context.Context, opts Options, steps []Step) (*Group, error) {
 	if _, err := ReapSurvivors(opts); err != nil {
 		return nil, fmt.Errorf("reap survivors: %w", err)
 	}
-	g := &Group{opts: opts, exited: make(chan Exit, 1), reaping: make(chan struct{})}
+	g := &Group{opts: opts, generation: newGeneration(), exited: make(chan Exit, 1), reaping: make(chan struct{})}
 	for _, s := range steps {
 		if err := g.start(ctx, s); err != nil {
 			g.Reap()
@@ -182,12 +197,16 @@ func (g *Group) start(ctx context.Context, s Step) error {
 	if s.Spec.Prefix == "" {
 		s.Spec.Prefix = s.Name.String()
 	}
+	rec := record{StopSignal: s.Spec.StopSignal, Generation: g.generation, Spec: processrunner.SpecDigest(s.Spec), Inputs: g.opts.Inputs}
+	rec.Binary, _ = processrunner.BinaryOf(s.Spec.Argv[0])
+	s.Spec.Env = append(slices.Clone(s.Spec.Env), GenerationEnv+"="+g.generation)
 	p, err := processrunner.Start(s.Spec)
 	if err != nil {
 		return fail(err, nil)
 	}
 	g.members = append(g.members, member{step: s, proc: p})
-	if err := g.writeRecord(s.Name, p.Identity(), s.Spec.StopSignal); err != nil {
+	rec.Identity, rec.LogFrom = p.Identity(), p.LogFrom()
+	if err := g.writeRecord(s.Name, rec); err != nil {
 		return fail(err, p)
 	}
 	timeout := s.ReadyTimeout
@@ -308,8 +327,8 @@ func recordPath(dir string, c Component) string {
 	return filepath.Join(dir, fmt.Sprintf("%02d-%s.json", int(c), c))
 }
 
-func (g *Group) writeRecord(c Component, id processrunner.Identity, sig syscall.Signal) error {
-	b, err := json.Marshal(record{Identity: id, StopSignal: sig})
+func (g *Group) writeRecord(c Component, rec record) error {
+	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
@@ -374,10 +393,19 @@ func ReapSurvivors(opts Options) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// record is what a RecordDir file holds: who the process is and how it asks to be stopped.
+// record is what a RecordDir file holds: who the process is and how it asks to be stopped,
+// and what a later run needs to prove it ours and current (Adopt).
 type record struct {
 	processrunner.Identity
 	StopSignal syscall.Signal `json:"stopSignal,omitempty"`
+	// Generation is the Spawn's (GenerationEnv); Spec the digest of the spec it was started
+	// from; Binary its binary as it was on disk then (the pin it runs); Inputs the group's
+	// Options.Inputs; LogFrom where its output began in its log file.
+	Generation string               `json:"generation,omitempty"`
+	Spec       string               `json:"spec,omitempty"`
+	Binary     processrunner.Binary `json:"binary"`
+	Inputs     string               `json:"inputs,omitempty"`
+	LogFrom    int64                `json:"logFrom,omitempty"`
 }
 
 // Running lists the processes the records in recordDir name that still run as recorded
