@@ -59,7 +59,9 @@ func TestAGroupLeftRunningIsAdoptedWithoutARestart(t *testing.T) {
 	if len(a.Stale) != 0 {
 		t.Fatalf("stale %v, want current", a.Stale)
 	}
-	if !slices.EqualFunc(g.Members(), before, func(x, y Member) bool { return x.Step == y.Step && x.Identity.Pid == y.Identity.Pid && x.Identity.StartTime == y.Identity.StartTime }) {
+	if !slices.EqualFunc(g.Members(), before, func(x, y Member) bool {
+		return x.Step == y.Step && x.Identity.Pid == y.Identity.Pid && x.Identity.StartTime == y.Identity.StartTime
+	}) {
 		t.Fatalf("adopted %v, want the very processes %v", g.Members(), before)
 	}
 	// Supervised as a spawned group: a member that dies is reported.
