@@ -15,6 +15,18 @@ import (
 // serves Clusters; stop ends it (it stops its clusters first, data kept). serve also ends
 // when this program does, however it ends (Check exits).
 func Serve(binDir, root, ports string, flags ...string) (stop func()) {
+	return StartServe(binDir, root, ports, flags...).Stop
+}
+
+// Serving is a serve started by StartServe.
+type Serving struct {
+	Cmd        *exec.Cmd
+	MetricsURL string // its /metrics
+}
+
+// StartServe is Serve, returning the process: a benchmark may kill it (-9) and start
+// another on the same data root.
+func StartServe(binDir, root, ports string, flags ...string) *Serving {
 	args := append([]string{"serve", "--data-root", root, "--bin-dir", binDir, "--port-range", ports, "--metrics-address", "127.0.0.1:0"}, flags...)
 	serve := exec.Command(filepath.Join(binDir, "socialweb-clusterprovider"), args...)
 	out, err := serve.StdoutPipe()
@@ -22,14 +34,27 @@ func Serve(binDir, root, ports string, flags ...string) (stop func()) {
 	serve.Stderr = io.Discard
 	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	Check(serve.Start())
+	s := &Serving{Cmd: serve}
 	lines := bufio.NewScanner(out)
 	for lines.Scan() && !strings.Contains(lines.Text(), "serving Clusters") {
+		if m, ok := strings.CutPrefix(lines.Text(), "metrics: "); ok {
+			s.MetricsURL = m
+		}
 	}
 	go io.Copy(io.Discard, out)
-	return func() {
-		serve.Process.Signal(syscall.SIGTERM)
-		serve.Wait()
-	}
+	return s
+}
+
+// Stop ends serve as an operator does (SIGTERM) and waits for it.
+func (s *Serving) Stop() {
+	s.Cmd.Process.Signal(syscall.SIGTERM)
+	s.Cmd.Wait()
+}
+
+// Kill ends serve with SIGKILL, as a crash does, and waits for it.
+func (s *Serving) Kill() {
+	s.Cmd.Process.Kill()
+	s.Cmd.Wait()
 }
 
 // FreeAddr is a loopback address free now.

@@ -185,10 +185,16 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 		return gone
 
 	case KillServe:
-		gone := h.all()
+		// Nothing goes and nothing restarts: the next serve adopts every group (the one
+		// before it had settled), the very processes (invariant 12).
+		before := h.all()
 		h.killServe()
 		h.startServe()
-		return gone
+		h.converge(fmt.Sprintf("%s: adopted", f), nil)
+		if missing := notAmong(before, h.all()); len(missing) > 0 {
+			h.fatalf("%s: %d processes were not adopted, first pid %d %v", f, len(missing), missing[0].Pid, missing[0].Cmdline)
+		}
+		return nil
 
 	case KillServeDuringBringUp, InterruptDuringBringUp, TerminateDuringBringUp:
 		h.parkAndWait(i, fmt.Sprintf("%s: parking first", f))
@@ -197,6 +203,9 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 		gone := h.all()
 		switch f.Kind {
 		case KillServeDuringBringUp:
+			// The bring-up cut short is reaped or, had it passed every gate, adopted; the
+			// other clusters are adopted: nothing is bound to go.
+			gone = nil
 			h.killServe()
 		default:
 			sig := map[Kind]syscall.Signal{InterruptDuringBringUp: syscall.SIGINT, TerminateDuringBringUp: syscall.SIGTERM}[f.Kind]
@@ -211,10 +220,9 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 		return gone
 
 	case KillServeDuringTeardown:
-		gone := h.clusterProcs(i)
+		gone := h.clusterProcs(i) // the others are adopted
 		h.delete(i)
 		time.Sleep(f.Delay / 4) // a teardown takes 1 to 2 s here
-		gone = append(gone, h.all()...)
 		h.killServe()
 		h.startServe()
 		h.converge(fmt.Sprintf("%s: the deletion finishing", f), gone)
@@ -309,4 +317,15 @@ func anyFile(dir, name string) bool {
 		return nil
 	})
 	return found
+}
+
+// notAmong is what of before is not in after, the same process (pid and start time).
+func notAmong(before, after []processrunner.Identity) []processrunner.Identity {
+	var out []processrunner.Identity
+	for _, b := range before {
+		if !slices.ContainsFunc(after, func(a processrunner.Identity) bool { return a.Pid == b.Pid && a.StartTime == b.StartTime }) {
+			out = append(out, b)
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -227,4 +228,41 @@ func TestConnectedToSeesAnEstablishedConnectionOfTheProcess(t *testing.T) {
 	if ok, _ := ConnectedTo(os.Getpid(), port+1); ok {
 		t.Fatal("connected to another port, it says")
 	}
+}
+
+func TestALogFileIsWrittenByTheProcessItself(t *testing.T) {
+	log := t.TempDir() + "/c.log"
+	os.WriteFile(log, []byte("an earlier run\n"), 0o600)
+	p, err := Start(Spec{Argv: []string{"/bin/sh", "-c", "echo one; echo two >&2"}, LogFile: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited()
+	if b, _ := os.ReadFile(log); string(b) != "an earlier run\none\ntwo\n" {
+		t.Fatalf("log %q: want the earlier run's line, then this process's", b)
+	}
+	if got := p.Tail(); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("tail %q, want this process's lines alone", got)
+	}
+	if fi, _ := os.Stat(log); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("log mode %v, want 0600", fi.Mode())
+	}
+	// Its own session: not the provider's, whose end (a terminal's hangup) it ignores.
+	q, err := Start(Spec{Argv: []string{"/bin/sleep", "30"}, LogFile: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Stop(time.Second)
+	if sid, _ := unixGetsid(q.Pid()); sid != q.Pid() {
+		t.Fatalf("session %d, want its own (%d)", sid, q.Pid())
+	}
+}
+
+func unixGetsid(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return strconv.Atoi(f[3]) // field 6: session
 }
