@@ -364,8 +364,18 @@ type NodePolicy struct {
 
 // UpWith is Up with the cluster's own node policy (a Cluster's spec on the front).
 func (p *Provider) UpWith(ctx context.Context, name string, np NodePolicy) (*Cluster, error) {
-	if err := ValidateName(name); err != nil {
+	s, np, err := p.tenantWith(name, np)
+	if err != nil {
 		return nil, err
+	}
+	return p.upSpecWith(ctx, s, np)
+}
+
+// tenantWith is the stack of the tenant cluster name under its node policy, and the
+// policy with the provider's defaults where it sets none.
+func (p *Provider) tenantWith(name string, np NodePolicy) (clusterstack.Spec, NodePolicy, error) {
+	if err := ValidateName(name); err != nil {
+		return clusterstack.Spec{}, np, err
 	}
 	s := p.tenantSpec(name)
 	s.MaxNodes, s.PodsPerNode = np.MaxNodes, np.PodsPerNode
@@ -373,7 +383,7 @@ func (p *Provider) UpWith(ctx context.Context, name string, np NodePolicy) (*Clu
 	if np.Objects == 0 {
 		np.Objects = p.cfg.Objects
 	}
-	return p.upSpecWith(ctx, s, np)
+	return s, np, nil
 }
 
 // tenantSpec is the stack of the tenant cluster name on this provider.
@@ -466,14 +476,9 @@ func (p *Provider) upSpecWith(ctx context.Context, s clusterstack.Spec, pol Node
 // changed nothing that runs, when the cluster does not run or cannot be proven; UpWith then
 // reaps what is there and brings it up. An adopted cluster may be stale (Adopted).
 func (p *Provider) AdoptWith(ctx context.Context, name string, np NodePolicy) (*Cluster, error) {
-	if err := ValidateName(name); err != nil {
+	s, np, err := p.tenantWith(name, np)
+	if err != nil {
 		return nil, err
-	}
-	s := p.tenantSpec(name)
-	s.MaxNodes, s.PodsPerNode = np.MaxNodes, np.PodsPerNode
-	np.Resources = np.Resources.Or(p.cfg.Limits)
-	if np.Objects == 0 {
-		np.Objects = p.cfg.Objects
 	}
 	return p.upOrAdopt(ctx, s, np, true)
 }

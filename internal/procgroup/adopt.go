@@ -101,9 +101,10 @@ func Adopt(ctx context.Context, opts Options, steps []Step) (*Group, Adoption, e
 
 // Prove checks records against steps without touching a process: it is ErrNotAdoptable,
 // naming the first member that fails, unless each step has a record whose process runs as
-// recorded in the step's working directory (or below it) with the record's generation in its
-// environment, all records of one generation and none without a step. For each step it
-// returns why that member is stale (empty: current).
+// recorded (pid, start time, cmdline, the very executable file) in the step's working
+// directory (or below it) with the record's generation in its environment, all records of
+// one generation and none without a step. For each step it returns why that member is
+// stale (empty: current).
 func Prove(recs map[Component]record, steps []Step, inputs string) ([][]string, error) {
 	notOurs := func(c Component, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrNotAdoptable, c, fmt.Sprintf(format, args...))
@@ -129,6 +130,12 @@ func Prove(recs map[Component]record, steps []Step, inputs string) ([][]string, 
 		case !processrunner.EnvironHas(rec.Pid, GenerationEnv+"="+rec.Generation):
 			return nil, notOurs(s.Name, "pid %d does not carry the record's generation", rec.Pid)
 		}
+		// It runs the very binary file recorded at its start (which an upgrade may since
+		// have replaced at its path: that makes it stale, below, not foreign).
+		running, err := processrunner.RunningBinary(rec.Pid)
+		if err != nil || !running.Same(rec.Binary) {
+			return nil, notOurs(s.Name, "pid %d runs another executable than the one recorded (%s)", rec.Pid, running.Path)
+		}
 		gen = rec.Generation
 		dir := s.Spec.Dir
 		if dir == "" {
@@ -141,8 +148,7 @@ func Prove(recs map[Component]record, steps []Step, inputs string) ([][]string, 
 		// Ours. Current? The binary it runs must be the one at its path now, started
 		// from the spec steps give now, with the inputs of now.
 		now, err := processrunner.BinaryOf(s.Spec.Argv[0])
-		running, rerr := processrunner.RunningBinary(rec.Pid)
-		if err != nil || rerr != nil || !now.Same(running) {
+		if err != nil || !now.Same(running) {
 			out[i] = append(out[i], fmt.Sprintf("%s: its binary %s was replaced", s.Name, s.Spec.Argv[0]))
 		}
 		if rec.Spec != processrunner.SpecDigest(s.Spec) {
