@@ -143,26 +143,35 @@ const (
 	logFollowEvery = 250 * time.Millisecond
 )
 
+// logSizes is the size of each component log in the DataDir now: where keepLogs starts
+// copying (what an earlier run wrote is not copied again).
+func logSizes(l clusterstack.Layout) map[string]int64 {
+	out := map[string]int64{}
+	logs, _ := filepath.Glob(filepath.Join(l.LogDir(), "*.log"))
+	for _, f := range logs {
+		if fi, err := os.Stat(f); err == nil {
+			out[f] = fi.Size()
+		}
+	}
+	return out
+}
+
 // keepLogs keeps the cluster's component logs under their cap until it stops: the
 // components write their logs themselves (they outlive the provider), so the provider
 // rotates them by copying and truncating (logfile.Trim). With Config.Log it copies what
-// they write there too, each line behind its component's name.
-func (c *Cluster) keepLogs() {
+// they write there too, each line behind its component's name, from offsets on (logSizes
+// before the bring-up: its lines come once it has passed).
+func (c *Cluster) keepLogs(offsets map[string]int64) {
 	every, follow := logTrimEvery, c.p.cfg.Log != nil
 	if follow {
 		every = logFollowEvery
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	offsets, trimmed := map[string]int64{}, time.Now()
+	trimmed := time.Now()
 	logs := func() []string {
 		l, _ := filepath.Glob(filepath.Join(c.Spec.Layout().LogDir(), "*.log"))
 		return l
-	}
-	for _, f := range logs() { // what was written before this run is not copied
-		if fi, err := os.Stat(f); err == nil {
-			offsets[f] = fi.Size()
-		}
 	}
 	for {
 		select {

@@ -552,6 +552,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 	}
 	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}),
 		doorNames: doorNames, as: as, inputs: inputsDigest(l)}
+	logsFrom := logSizes(l)
 	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as}
 	if p.cfg.Cgroups != nil && !s.Front {
 		// The cluster's group is made, with its limits, before its first process; its
@@ -604,7 +605,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 		c.group = g
 	}
 	c.watch(c.group)
-	go c.keepLogs()
+	go c.keepLogs(logsFrom)
 	if !s.Front {
 		go c.holdObjectCap(pol.Objects)
 	}
@@ -615,6 +616,13 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 		if err := c.restartGuests(ctx, list); err != nil {
 			c.Stop()
 			return nil, err
+		}
+	}
+	if adopt && c.NodeGroup() == nil {
+		// A kwok the earlier run left that no listed guest needs now is no one's: reaped.
+		if _, err := procgroup.ReapSurvivors(p.nodeGroupOptions(s)); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("cluster %s: reap the node group's survivors: %w", name, err)
 		}
 	}
 	return c, nil

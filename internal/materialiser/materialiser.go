@@ -270,7 +270,7 @@ func keepUp(o Observed) Result {
 		}
 		return r
 	case GroupStarting:
-		if o.Adopting && o.Phase == PhaseReady {
+		if o.adopting() {
 			return adopting()
 		}
 		if o.Phase == PhaseSleeping {
@@ -287,6 +287,11 @@ func keepUp(o Observed) Result {
 			r.Requeue = wait
 			return r
 		}
+		r.Ops = []Op{OpBringUp}
+		return r
+	}
+	if o.adopting() {
+		r := adopting()
 		r.Ops = []Op{OpBringUp}
 		return r
 	}
@@ -315,16 +320,17 @@ func keepUp(o Observed) Result {
 	if o.Phase == PhaseSleeping {
 		return Result{Phase: PhaseSleeping, Ready: notReady("Waking", "a request is waiting at the front door: starting the process group"), Ops: []Op{OpBringUp}}
 	}
-	if o.Adopting && o.Phase == PhaseReady {
-		r := adopting()
-		r.Ops = []Op{OpBringUp}
-		return r
-	}
 	// Absent: bring it up (after the backoff, when the last attempt failed or exited).
 	if wait := o.LastAttempt.Add(Backoff(o.Attempts)).Sub(o.Now); o.Attempts > 0 && wait > 0 {
 		return Result{Phase: PhaseUnavailable, Ready: notReady("BackingOff", fmt.Sprintf("next bring-up in %s", wait.Round(time.Second))), Requeue: wait}
 	}
 	return Result{Phase: down, Ready: notReady("BringingUp", "starting the process group"), Ops: []Op{OpBringUp}}
+}
+
+// adopting says whether the cluster is a Ready one being taken over as it runs (one created
+// asleep that never had a datastore cannot be).
+func (o Observed) adopting() bool {
+	return o.Adopting && o.Phase == PhaseReady && !(o.CreateAsleep && !o.Datastore)
 }
 
 // adopting is a Ready cluster being taken over as it runs: still Ready.

@@ -169,16 +169,19 @@ func TestEveryObservationKeepsTheRules(t *testing.T) {
 										for _, ago := range []time.Duration{time.Second, time.Hour} {
 											for _, sl := range sleeps {
 												for _, full := range []bool{false, true} {
-													o := Observed{Now: t0, Running: running, Deleting: deleting, HasFinalizer: fin, Group: g, Nodes: nodes,
-														LeaseHeld: lease, DataDirExists: dir, KubeconfigSet: kc, Attempts: attempts, LastAttempt: t0.Add(-ago), FailedStep: "kine",
-														Phase: sl.phase, SleepAfter: sl.after, UpSince: t0.Add(-time.Hour), LastActive: t0.Add(-sl.idle),
-														Connections: sl.conns, RealNodes: min(sl.real, nodes), WakeRequested: sl.wake,
-														CreateAsleep: sl.create, Datastore: sl.store, Minted: sl.minted}
-													if full {
-														o.MaxRunning, o.RunningElsewhere = 2, 2
+													for _, adopting := range []bool{false, true} {
+														o := Observed{Now: t0, Running: running, Deleting: deleting, HasFinalizer: fin, Group: g, Nodes: nodes,
+															LeaseHeld: lease, DataDirExists: dir, KubeconfigSet: kc, Attempts: attempts, LastAttempt: t0.Add(-ago), FailedStep: "kine",
+															Phase: sl.phase, SleepAfter: sl.after, UpSince: t0.Add(-time.Hour), LastActive: t0.Add(-sl.idle),
+															Connections: sl.conns, RealNodes: min(sl.real, nodes), WakeRequested: sl.wake,
+															CreateAsleep: sl.create, Datastore: sl.store, Minted: sl.minted}
+														if full {
+															o.MaxRunning, o.RunningElsewhere = 2, 2
+														}
+														o.Adopting = adopting
+														checkRules(t, o, Reconcile(o))
+														n++
 													}
-													checkRules(t, o, Reconcile(o))
-													n++
 												}
 											}
 										}
@@ -226,8 +229,13 @@ func checkRules(t *testing.T, o Observed, r Result) {
 	}
 	shouldRun := o.Running && !o.Deleting && o.HasFinalizer
 	idle := o.SleepAfter > 0 && o.Connections == 0 && o.RealNodes == 0 && !o.Now.Before(o.LastActive.Add(o.SleepAfter)) && !o.Now.Before(o.UpSince.Add(o.SleepAfter))
-	if (r.Phase == PhaseReady) != (o.Group == GroupUp && shouldRun && !idle) {
-		fail("Ready exactly when the group is up, it should be, and it is not idle past sleepAfter")
+	// A Ready cluster a restarted provider is taking over as it runs stays Ready meanwhile.
+	adopting := o.Adopting && o.Phase == PhaseReady && !(o.CreateAsleep && !o.Datastore) && shouldRun && (o.Group == GroupStarting || o.Group == GroupAbsent && !o.HostFull())
+	if (r.Phase == PhaseReady) != (o.Group == GroupUp && shouldRun && !idle || adopting) {
+		fail("Ready exactly when the group is up, it should be, and it is not idle past sleepAfter (or it is being adopted as it runs)")
+	}
+	if r.Ready.Reason == "Adopting" && !adopting {
+		fail("Adopting only for a Ready cluster a restarted provider takes over")
 	}
 	createdAsleep := shouldRun && o.CreateAsleep && o.SleepAfter > 0 && !o.Datastore && o.Group == GroupAbsent && o.Attempts == 0
 	if r.Phase == PhaseSleeping && o.Phase != PhaseSleeping && !(idle && o.Group == GroupUp && shouldRun && has(OpStop)) && !createdAsleep {
