@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,9 +23,10 @@ import (
 
 // Two clusters through the service, one with two Nodes (a simulated guest and a real one):
 // a component that dies is noticed and its cluster comes back while the other is
-// untouched; then kill -9 of the provider, a restart, and both are Ready again with their
-// data and the Nodes, every process of the earlier run (the real guest's included) reaped,
-// no process twice (kwok and the guest included), no port twice.
+// untouched; then kill -9 of the provider, a restart, and both are adopted as they run,
+// Ready throughout with their data and the Nodes, every process of the earlier run the
+// same but the real guest's init (reaped, and the guest booted again), no process twice
+// (kwok and the guest included), no port twice.
 func TestTheServiceRecovers(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok", "socialweb-guest", "containerd", "kubelet", "kube-proxy")
 	root := livetest.DataRoot(t)
@@ -117,10 +119,15 @@ spec: {cluster: two, nodeID: n2, guest: real}
 		before, _ := processrunner.FindByMarker(root+"/", programs)
 		r.Cmd.Process.Signal(syscall.SIGKILL)
 		r.Cmd.Wait()
-		r, _, _ = startServe(parent, exe, bin, root, "31600-31699") // it outlives this subtest
-		// The status still says Ready from before the crash: wait for this run's own
-		// verdict, Unavailable while it brings them back, then Ready.
-		waitPhase("one", "Unavailable")
+		var metricsURL string
+		r, _, metricsURL = startServe(parent, exe, bin, root, "31600-31699") // it outlives this subtest
+		// Both are adopted as they run: they stay Ready, and every process of their control
+		// planes and kwok is the one from before the crash. The real guest's init is not
+		// adopted: it is reaped and the guest booted again from its directory.
+		eventually(t, 2*time.Minute, "both clusters adopted", func() (bool, string) {
+			n := metricValue(t, metricsURL, `socialweb_clusters_adopted_total{state="current"}`)
+			return n == 2, fmt.Sprint(n)
+		})
 		waitPhase("one", "Ready")
 		waitPhase("two", "Ready")
 		nodeReady()
@@ -130,9 +137,13 @@ spec: {cluster: two, nodeID: n2, guest: real}
 				t.Errorf("the tenant's Node %s after the crash: %v", name, err)
 			}
 		}
+		guest := filepath.Join(bin, "socialweb-guest")
 		for _, id := range before {
-			if id.Alive() {
-				t.Errorf("survivor pid %d (%s) was adopted or left, not reaped", id.Pid, id.Cmdline[0])
+			switch alive := id.Alive(); {
+			case id.Cmdline[0] == guest && alive:
+				t.Errorf("the real guest's init, pid %d, was left running, not reaped", id.Pid)
+			case id.Cmdline[0] != guest && !alive:
+				t.Errorf("pid %d (%s) was not adopted", id.Pid, id.Cmdline[0])
 			}
 		}
 		after, _ := processrunner.FindByMarker(root+"/", programs)
