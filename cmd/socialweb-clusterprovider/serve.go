@@ -140,8 +140,13 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		}
 		cancel()
 		if err != nil && ctx.Err() != nil {
-			// Stopped while the front came up: its Spawn reaped what it had started; what
-			// an earlier run left is reaped here, not left for the next start.
+			// Stopped while the front came up: its Spawn reaped what it had started. What
+			// an earlier run left is kept for the next start (--on-exit keep, SIGTERM) or
+			// reaped here.
+			if keep && stoppedBy(ctx) != os.Interrupt {
+				fmt.Fprintln(stdout, "stopped before serving; what an earlier serve left runs on, for the next serve to adopt")
+				return nil
+			}
 			if err := p.ReapLeftovers(); err != nil {
 				return err
 			}
@@ -239,8 +244,9 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		}
 	}
 	notify(loop.Log, sdnotify.Stopping)
-	if keep && stoppedBy(ctx) == os.Interrupt {
-		// The operator's own stop: everything goes, as without --on-exit keep.
+	if keep && (stoppedBy(ctx) == os.Interrupt || sdnotify.SystemStopping()) {
+		// The operator's own stop, or the host's shutdown (whose final sweep would kill
+		// whatever is left out of order): everything goes, in order, as without keep.
 		keep, loop.KeepOnExit = false, false
 	}
 	if keep && died == nil {

@@ -25,7 +25,7 @@ import (
 //
 // The context's cause (context.Cause) is the signal, as a stopSignal: serve --on-exit keep
 // keeps its clusters on SIGTERM (a service manager's restart) and stops them on SIGINT (the
-// operator's Ctrl-C, or systemctl kill -s SIGINT).
+// operator's Ctrl-C, or systemctl kill -s SIGINT --kill-whom=main).
 func stopContext(out io.Writer, force func() error) (context.Context, func()) {
 	ctx, cancelCause := context.WithCancelCause(context.Background())
 	cancel := func() { cancelCause(nil) }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,10 @@ import (
 // (nothing of it runs, or not all of it can be proven ours and working); the caller brings
 // it up, which reaps what is there first.
 var ErrNotAdopted = errors.New("not adopted")
+
+// errNothingToAdopt is the ErrNotAdopted of a cluster of which nothing runs (no lease, no
+// process, no DataDir): the usual case at a first start, not worth a line in the log.
+var errNothingToAdopt = fmt.Errorf("%w: nothing of it runs", ErrNotAdopted)
 
 // inputsDigest is a digest of what a cluster's components read at their start besides
 // their argv and environment: the credentials and configuration in its DataDir, as this
@@ -108,32 +113,27 @@ func (g *logLine) wait(ctx context.Context) error {
 	})
 }
 
-// written is the Live gate: the component said it was ready, in its log or the one
-// rotated before. (Neither the CCM nor kwok listens anywhere: the proof beyond this is the
-// process's own, which Adopt has checked.)
-func (g *logLine) written(context.Context) error {
-	for _, p := range []string{g.path, g.path + ".1"} {
-		if b, _, err := readFrom(p, 0); err == nil && bytes.Contains(b, g.line) {
-			return nil
-		}
-	}
-	return fmt.Errorf("no line %q in %s", g.line, g.path)
-}
-
-// readFrom reads path from offset from (from its start if it is now shorter: rotated).
+// readFrom reads path from offset from on (from its start if it is now shorter: rotated),
+// and says the file's size.
 func readFrom(path string, from int64) ([]byte, int64, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if os.IsNotExist(err) {
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	size := int64(len(b))
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	size := fi.Size()
 	if from > size {
 		from = 0
 	}
-	return b[from:], size, nil
+	b, err := io.ReadAll(io.NewSectionReader(f, from, size-from))
+	return b, size, err
 }
 
 // logTrimEvery is how often a running cluster's component logs are looked at for their

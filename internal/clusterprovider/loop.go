@@ -159,6 +159,7 @@ type runState struct {
 	minted      bool     // created asleep: its identity minted and kubeconfig delivered by this run
 	progress    []string // the bring-up's steps so far, for status: "postgres ready", "kine starting"
 	adopting    bool     // the bring-up under way tries adoption first (Observed.Adopting)
+	stopping    bool     // an OpStop is stopping its cluster: no stale restart may begin
 }
 
 // Run serves until ctx ends, then stops every cluster it runs (their data is kept).
@@ -636,12 +637,20 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 	case materialiser.OpStop:
 		l.mu.Lock()
 		c, starting := st.cluster, st.group == materialiser.GroupStarting
+		if !starting {
+			st.stopping = true
+		}
 		l.mu.Unlock()
 		if starting {
 			// Its lease and DataDir are in use: nothing further may go until the
 			// bring-up has ended and can be reaped.
 			return errBringUpUnderWay
 		}
+		defer func() {
+			l.mu.Lock()
+			st.stopping = false
+			l.mu.Unlock()
+		}()
 		if c != nil {
 			t0 := time.Now()
 			if err := c.Stop(); err != nil {
@@ -709,14 +718,23 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 // reaps what it started.
 func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 	defer l.bringUps.Done()
-	ctx, cancel := context.WithTimeout(l.runCtx, bringUpDeadline)
-	defer cancel()
 	log := l.Log.With("cluster", key)
+	st := l.st(key)
+	// absent ends a bring-up that started nothing: the provider is stopping.
+	absent := func() {
+		l.mu.Lock()
+		st.group, st.adopting = materialiser.GroupAbsent, false
+		l.signalLocked()
+		l.mu.Unlock()
+	}
 	var c *Cluster
 	var err error
 	if adopt {
 		t0 := time.Now()
-		if c, err = l.P.AdoptWith(ctx, name, np); err == nil {
+		actx, cancel := context.WithTimeout(l.runCtx, bringUpDeadline)
+		c, err = l.P.AdoptWith(actx, name, np)
+		cancel()
+		if err == nil {
 			_, stale := c.Adopted()
 			state := "current"
 			if len(stale) > 0 {
@@ -725,24 +743,33 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 			l.Metrics.adopted.WithLabelValues(state).Inc()
 			log.Info("adopted: its processes run on, untouched", "took", time.Since(t0).Round(time.Millisecond), "stale", stale)
 		} else {
-			log.Info("not adopted; bringing it up", "why", err)
+			if l.runCtx.Err() != nil {
+				// Stopping while it proved the group: what runs is left as it is, for the
+				// stop to keep or reap, never reaped by a bring-up now.
+				absent()
+				return
+			}
+			if !errors.Is(err, errNothingToAdopt) {
+				log.Info("not adopted; bringing it up", "why", err)
+			}
 			c = nil
+			l.mu.Lock()
+			st.adopting = false
+			l.mu.Unlock()
+			l.queue.Add(key) // its status says what comes now
 		}
-		st := l.st(key)
-		l.mu.Lock()
-		st.adopting = false
-		l.mu.Unlock()
-		l.queue.Add(key) // its status says what comes now
 	}
+	ctx, cancel := context.WithTimeout(l.runCtx, bringUpDeadline)
+	defer cancel()
 	if c == nil {
+		if l.runCtx.Err() != nil {
+			absent()
+			return
+		}
 		select {
 		case l.slots <- struct{}{}:
 		case <-l.runCtx.Done():
-			st := l.st(key)
-			l.mu.Lock()
-			st.group = materialiser.GroupAbsent // nothing started
-			l.signalLocked()
-			l.mu.Unlock()
+			absent() // nothing started
 			return
 		}
 		t0 := time.Now()
@@ -753,16 +780,22 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 		}
 	}
 	if err == nil {
-		err = l.deliverKubeconfig(ctx, c.Name, c.TenantKubeconfig, ns)
-		if err != nil {
-			c.Stop()
+		if derr := l.deliverKubeconfig(ctx, c.Name, c.TenantKubeconfig, ns); derr != nil {
+			if adopted, _ := c.Adopted(); adopted {
+				// It serves, and the earlier run delivered its kubeconfig: a failed
+				// delivery is retried at its next start, not paid for with an outage.
+				log.Warn("kubeconfig not delivered again; the adopted cluster runs on", "err", derr)
+			} else {
+				c.Stop()
+				err = derr
+			}
 		}
 	}
 	if err == nil {
 		l.recordCertificates(key, c.DataDir)
 	}
-	st := l.st(key)
 	l.mu.Lock()
+	st.adopting = false // with the group's new state, under one lock: no pass between sees neither
 	if err != nil {
 		st.wakeSince = time.Time{} // the held connections are refused: a failed wake is not retried for them
 		st.group, st.attempts, st.reason, st.failedStep = materialiser.GroupFailed, st.attempts+1, err.Error(), "bring-up"
@@ -816,7 +849,7 @@ func (l *Loop) restartStale(key, name, ns string, np NodePolicy, c *Cluster) {
 	defer func() { <-l.restartSlots }()
 	st := l.st(key)
 	l.mu.Lock()
-	if st.cluster != c || st.group != materialiser.GroupUp {
+	if st.cluster != c || st.group != materialiser.GroupUp || st.stopping {
 		l.mu.Unlock()
 		return
 	}

@@ -270,7 +270,7 @@ func (c *Cluster) startNodeGroup(ctx context.Context) error {
 			},
 		),
 		Ready:        ready.wait,
-		Live:         all(ready.written, connected(s.APIServerPort)),
+		Live:         connected(s.APIServerPort),
 		ReadyTimeout: kwokReadyTimeout,
 	}
 	step.Spec.User = c.as.components()

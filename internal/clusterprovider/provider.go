@@ -418,6 +418,11 @@ func (p *Provider) UpFront(ctx context.Context) (*Cluster, error) {
 	// The front an earlier run left running (serve --on-exit keep) is adopted when it is
 	// proven and current; a stale one is the operator's alone, and is simply restarted.
 	c, err := p.upOrAdopt(ctx, s, pol, true)
+	if err != nil && ctx.Err() != nil {
+		// Stopped while it proved the front: nothing was touched, and a stop that keeps
+		// the clusters must not reap it now.
+		return nil, err
+	}
 	if err == nil {
 		_, stale := c.Adopted()
 		if len(stale) == 0 {
@@ -428,7 +433,7 @@ func (p *Provider) UpFront(ctx context.Context) (*Cluster, error) {
 			return nil, serr
 		}
 	}
-	if p.cfg.Logger != nil {
+	if p.cfg.Logger != nil && !errors.Is(err, errNothingToAdopt) {
 		p.cfg.Logger.Info("the front is not adopted; bringing it up", "why", err)
 	}
 	return p.upSpec(ctx, s)
@@ -472,9 +477,11 @@ func (p *Provider) upSpecWith(ctx context.Context, s clusterstack.Spec, pol Node
 
 // AdoptWith takes over the cluster named name as an earlier run of the provider left it
 // running, when every process of it is proven ours and passes its gate (procgroup.Adopt):
-// no process starts or stops, and its tenant sees nothing. It is ErrNotAdopted, having
-// changed nothing that runs, when the cluster does not run or cannot be proven; UpWith then
-// reaps what is there and brings it up. An adopted cluster may be stale (Adopted).
+// no process of its control plane starts or stops, and its tenant sees nothing. (Its
+// DataDir is laid out and its credentials minted as at any start: a certificate renewed
+// then makes it stale.) It is ErrNotAdopted, having signalled no process, when the cluster
+// does not run or cannot be proven; UpWith then reaps what is there and brings it up. An
+// adopted cluster may be stale (Adopted).
 func (p *Provider) AdoptWith(ctx context.Context, name string, np NodePolicy) (*Cluster, error) {
 	s, np, err := p.tenantWith(name, np)
 	if err != nil {
@@ -485,6 +492,9 @@ func (p *Provider) AdoptWith(ctx context.Context, name string, np NodePolicy) (*
 
 // upOrAdopt brings s up or, with adopt, takes over what runs of it (AdoptWith).
 func (p *Provider) upOrAdopt(ctx context.Context, s clusterstack.Spec, pol NodePolicy, adopt bool) (*Cluster, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // stopping: nothing is reaped, nothing starts
+	}
 	if err := p.checkBinaries(s); err != nil {
 		return nil, err
 	}
@@ -496,10 +506,10 @@ func (p *Provider) upOrAdopt(ctx context.Context, s clusterstack.Spec, pol NodeP
 		// What runs holds its port: no lease, nothing of it can be serving.
 		port := p.book.Held(holder)
 		if port == 0 {
-			return nil, fmt.Errorf("cluster %s: %w: it holds no port", s.Name, ErrNotAdopted)
+			return nil, fmt.Errorf("cluster %s: %w (it holds no port)", s.Name, errNothingToAdopt)
 		}
 		if running, _ := procgroup.Running(s.Layout().RunDir()); len(running) == 0 {
-			return nil, fmt.Errorf("cluster %s: %w: nothing of it runs", s.Name, ErrNotAdopted)
+			return nil, fmt.Errorf("cluster %s: %w", s.Name, errNothingToAdopt)
 		}
 		s.APIServerPort = port
 		return p.up(ctx, s, pol, true)
@@ -521,7 +531,7 @@ func (p *Provider) upOrAdopt(ctx context.Context, s clusterstack.Spec, pol NodeP
 }
 
 // up brings s up behind its gates or, with adopt, adopts the group an earlier run left
-// (procgroup.Adopt), changing nothing that runs if it cannot.
+// (procgroup.Adopt), signalling nothing that runs if it cannot.
 func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, adopt bool) (*Cluster, error) {
 	name, port := s.Name, s.APIServerPort
 	l := s.Layout()
@@ -531,7 +541,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 	}
 	fresh := !exists(l.Root)
 	if adopt && fresh {
-		return nil, fmt.Errorf("cluster %s: %w: no DataDir", name, ErrNotAdopted)
+		return nil, fmt.Errorf("cluster %s: %w (no DataDir)", name, errNothingToAdopt)
 	}
 	if err := p.makeDataDir(s, as); err != nil {
 		if fresh {
@@ -589,6 +599,9 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 			return nil, fmt.Errorf("cluster %s: %w: reap the real guests' survivors: %v", name, ErrNotAdopted, err)
 		}
 	} else {
+		if err := ctx.Err(); err != nil {
+			return nil, err // stopping: what runs is left as it is (serve --on-exit keep)
+		}
 		// The guests an earlier run left (real ones, kwok) go first: they depend on the
 		// control plane.
 		if err := p.reapGuestSurvivors(s); err != nil {

@@ -143,7 +143,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 			func(context.Context) error { return in.As.own(s) },
 		),
 		Ready:        ready.wait,
-		Live:         all(ready.written, connected(s.APIServerPort)),
+		Live:         connected(s.APIServerPort),
 		ReadyTimeout: ccmReady,
 	})
 	return steps, validateSteps(steps)

@@ -144,10 +144,11 @@ func Backoff(failures int) time.Duration {
 }
 
 // Reconcile decides (decide), then the host guard holds back a bring-up the host has no
-// room for.
+// room for. An adoption is not held back: the cluster runs already, and holding it back
+// would reap it.
 func Reconcile(o Observed) Result {
 	r := decide(o)
-	if slices.Contains(r.Ops, OpBringUp) && o.HostFull() {
+	if slices.Contains(r.Ops, OpBringUp) && o.HostFull() && r.Ready.Reason != ReasonAdopting {
 		return hostFull(o, r)
 	}
 	return r
@@ -333,9 +334,13 @@ func (o Observed) adopting() bool {
 	return o.Adopting && o.Phase == PhaseReady && !(o.CreateAsleep && !o.Datastore)
 }
 
+// ReasonAdopting is the Ready condition's reason while a restarted provider takes a Ready
+// cluster over as it runs.
+const ReasonAdopting = "Adopting"
+
 // adopting is a Ready cluster being taken over as it runs: still Ready.
 func adopting() Result {
-	return Result{Phase: PhaseReady, Ready: Condition{Status: true, Reason: "Adopting",
+	return Result{Phase: PhaseReady, Ready: Condition{Status: true, Reason: ReasonAdopting,
 		Message: "an earlier run of the provider left it running: taking it over, nothing restarts"}}
 }
 

@@ -230,7 +230,7 @@ func checkRules(t *testing.T, o Observed, r Result) {
 	shouldRun := o.Running && !o.Deleting && o.HasFinalizer
 	idle := o.SleepAfter > 0 && o.Connections == 0 && o.RealNodes == 0 && !o.Now.Before(o.LastActive.Add(o.SleepAfter)) && !o.Now.Before(o.UpSince.Add(o.SleepAfter))
 	// A Ready cluster a restarted provider is taking over as it runs stays Ready meanwhile.
-	adopting := o.Adopting && o.Phase == PhaseReady && !(o.CreateAsleep && !o.Datastore) && shouldRun && (o.Group == GroupStarting || o.Group == GroupAbsent && !o.HostFull())
+	adopting := o.Adopting && o.Phase == PhaseReady && !(o.CreateAsleep && !o.Datastore) && shouldRun && (o.Group == GroupStarting || o.Group == GroupAbsent)
 	if (r.Phase == PhaseReady) != (o.Group == GroupUp && shouldRun && !idle || adopting) {
 		fail("Ready exactly when the group is up, it should be, and it is not idle past sleepAfter (or it is being adopted as it runs)")
 	}
@@ -259,8 +259,8 @@ func checkRules(t *testing.T, o Observed, r Result) {
 	if r.Phase == PhaseSleeping && o.Group == GroupAbsent && o.LeaseHeld && !has(OpReleaseLease) && !has(OpBringUp) {
 		fail("a sleeping cluster holds no port (one waking gets its own back)")
 	}
-	if o.HostFull() && has(OpBringUp) {
-		fail("no bring-up while the host is full")
+	if o.HostFull() && has(OpBringUp) && !adopting {
+		fail("no bring-up while the host is full (but a cluster that runs is adopted)")
 	}
 	if o.HostFull() && shouldRun && !running && o.Group != GroupStarting && len(r.Ops) == 0 && r.Requeue == 0 && r.Phase != PhaseSleeping && r.Ready.Reason != "Parked" {
 		fail("a cluster the host has no room for is looked at again")

@@ -45,7 +45,7 @@ func Adopt(id Identity, spec Spec, logFrom int64) (*Process, error) {
 	p.unwatch = func() { once.Do(func() { close(stop) }) }
 	gone := func() {
 		// The leader gone is not enough: its threads may still hold its sockets.
-		for id.Alive() {
+		for id.Alive() || released(stop) {
 			select {
 			case <-stop:
 				return
@@ -55,8 +55,14 @@ func Adopt(id Identity, spec Spec, logFrom int64) (*Process, error) {
 		p.err = errors.New("exited (adopted: its exit status is its parent's)")
 		close(p.exited)
 	}
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
 	if err != nil {
-		go func() { // no pidfd: poll
+		go func() { // no pidfd: poll /proc
 			t := time.NewTicker(250 * time.Millisecond)
 			defer t.Stop()
 			for id.Alive() {
@@ -70,36 +76,48 @@ func Adopt(id Identity, spec Spec, logFrom int64) (*Process, error) {
 		}()
 		return p, nil
 	}
+	// Non-blocking, the pidfd is the runtime poller's: it polls readable once the process
+	// has exited, and no thread waits for it meanwhile. A deadline wakes the wait on stop.
 	f := os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", id.Pid))
 	go func() {
-		// A pidfd polls readable once the process has exited; the runtime's poller waits
-		// for it, no thread is held per process.
-		exited := waitReadable(f, stop)
-		f.Close()
-		if exited {
+		defer f.Close()
+		if waitReadable(f, stop) {
 			gone()
 		}
 	}()
 	go func() {
-		<-stop
-		f.SetReadDeadline(time.Now()) // wakes waitReadable
+		select {
+		case <-stop:
+			f.SetReadDeadline(time.Now())
+		case <-p.exited:
+		}
 	}()
 	return p, nil
 }
 
-// waitReadable waits until f (a pidfd) polls readable, or until stop closes.
-func waitReadable(f *os.File, stop <-chan struct{}) bool {
-	rc, err := f.SyscallConn()
-	if err != nil {
+// released says whether stop is closed: the process was let go of, its end is no news.
+func released(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
 		return false
 	}
-	exited := false
-	for {
+}
+
+// waitReadable waits until f (a pidfd) polls readable, or until stop closes.
+func waitReadable(f *os.File, stop <-chan struct{}) bool {
+	readable := func(fd uintptr, ms int) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(fds, ms)
+		return n > 0
+	}
+	rc, err := f.SyscallConn()
+	for err == nil {
+		exited := false
 		err = rc.Read(func(fd uintptr) bool {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			n, _ := unix.Poll(fds, 0)
-			exited = n > 0
-			return exited
+			exited = readable(fd, 0)
+			return exited // false: the poller waits, then asks again
 		})
 		if exited {
 			return true
@@ -109,19 +127,16 @@ func waitReadable(f *os.File, stop <-chan struct{}) bool {
 			return false
 		default:
 		}
-		if err != nil {
-			// Not pollable by the runtime (an old kernel): poll it ourselves.
-			for {
-				fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
-				if n, _ := unix.Poll(fds, 250); n > 0 {
-					return true
-				}
-				select {
-				case <-stop:
-					return false
-				default:
-				}
-			}
+	}
+	// Not the poller's (it refused the descriptor): poll it here, a thread held.
+	for {
+		if readable(f.Fd(), 250) {
+			return true
+		}
+		select {
+		case <-stop:
+			return false
+		default:
 		}
 	}
 }

@@ -3,9 +3,11 @@ package processrunner
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/user"
 	"slices"
 	"strconv"
@@ -265,4 +267,52 @@ func unixGetsid(pid int) (int, error) {
 	}
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	return strconv.Atoi(f[3]) // field 6: session
+}
+
+func TestAnAdoptedProcessIsWatchedUntilReleased(t *testing.T) {
+	start := func() (*exec.Cmd, Identity) {
+		cmd := exec.Command("/bin/sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		id, err := IdentityOf(cmd.Process.Pid)
+		for err == nil && len(id.Cmdline) == 0 {
+			id, err = IdentityOf(cmd.Process.Pid)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd, id
+	}
+	cmd, id := start()
+	p, err := Adopt(id, Spec{Argv: id.Cmdline}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Kill()
+	select {
+	case <-p.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the adopted process's death was not seen")
+	}
+	// Released, it is watched no more: its death is no one's news.
+	cmd, id = start()
+	p, err = Adopt(id, Spec{Argv: id.Cmdline}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	cmd.Process.Kill()
+	cmd.Wait()
+	select {
+	case <-p.Exited():
+		t.Fatal("a released process is still watched")
+	case <-time.After(300 * time.Millisecond): // an absence: nothing to wait on
+	}
+	// A process that is not the recorded one is refused.
+	id.StartTime++
+	if _, err := Adopt(id, Spec{}, 0); !errors.Is(err, ErrNotOurs) {
+		t.Fatalf("adopting a gone process: %v, want ErrNotOurs", err)
+	}
 }

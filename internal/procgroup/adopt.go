@@ -101,9 +101,9 @@ func Adopt(ctx context.Context, opts Options, steps []Step) (*Group, Adoption, e
 
 // Prove checks records against steps without touching a process: it is ErrNotAdoptable,
 // naming the first member that fails, unless each step has a record whose process runs as
-// recorded (pid, start time, cmdline, the very executable file) in the step's working
-// directory (or below it) with the record's generation in its environment, all records of
-// one generation and none without a step. For each step it returns why that member is
+// recorded (pid, start time, cmdline, the very executable file), once ready (its gate
+// passed), in the step's working directory (or below it) with the record's generation in
+// its environment, all records of one generation and none without a step. For each step it returns why that member is
 // stale (empty: current).
 func Prove(recs map[Component]record, steps []Step, inputs string) ([][]string, error) {
 	notOurs := func(c Component, format string, args ...any) error {
@@ -125,6 +125,8 @@ func Prove(recs map[Component]record, steps []Step, inputs string) ([][]string, 
 			return nil, notOurs(s.Name, "its record has no generation (written by an older provider)")
 		case gen != "" && rec.Generation != gen:
 			return nil, notOurs(s.Name, "its record is of another spawn than the group's first member")
+		case !rec.Ready:
+			return nil, notOurs(s.Name, "its gate never passed (an earlier bring-up was cut short)")
 		case !rec.Identity.Alive():
 			return nil, notOurs(s.Name, "pid %d does not run as recorded (gone, another start time or another cmdline)", rec.Pid)
 		case !processrunner.EnvironHas(rec.Pid, GenerationEnv+"="+rec.Generation):

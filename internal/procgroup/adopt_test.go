@@ -179,4 +179,16 @@ func TestAMemberWhoseGateFailsIsNotAdopted(t *testing.T) {
 	if _, _, err := Adopt(context.Background(), o, steps[:1]); !errors.Is(err, ErrNotAdoptable) {
 		t.Fatalf("adopting a group with a record no step names: %v, want ErrNotAdoptable", err)
 	}
+	// A member recorded before its gate passed (a bring-up cut short) is not ready.
+	path := recordPath(o.RecordDir, ComponentKine)
+	var rec record
+	b, _ := os.ReadFile(path)
+	json.Unmarshal(b, &rec)
+	rec.Ready = false
+	b, _ = json.Marshal(rec)
+	os.WriteFile(path, b, 0o600)
+	steps[1].Live = nil
+	if _, _, err := Adopt(context.Background(), o, steps); !errors.Is(err, ErrNotAdoptable) || !strings.Contains(err.Error(), "gate never passed") {
+		t.Fatalf("adopting a member whose gate never passed: %v, want ErrNotAdoptable", err)
+	}
 }

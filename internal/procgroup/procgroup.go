@@ -217,11 +217,11 @@ func (g *Group) start(ctx context.Context, s Step) error {
 	defer cancel()
 	// The gate races the exit of every member started so far: a dying dependency fails the
 	// bring-up now rather than at the gate's deadline.
+	cases := make([]<-chan struct{}, 0, len(g.members))
+	for _, m := range g.members {
+		cases = append(cases, m.proc.Exited())
+	}
 	go func() {
-		cases := make([]<-chan struct{}, 0, len(g.members))
-		for _, m := range g.members {
-			cases = append(cases, m.proc.Exited())
-		}
 		if i := waitAny(gctx, cases); i >= 0 {
 			cancel()
 		}
@@ -236,6 +236,11 @@ func (g *Group) start(ctx context.Context, s Step) error {
 	}
 	if gateErr != nil {
 		return fail(fmt.Errorf("readiness gate (deadline %s): %w", timeout, gateErr), p)
+	}
+	// Recorded as ready: a later run adopts only members whose gate once passed.
+	rec.Ready = true
+	if err := g.writeRecord(s.Name, rec); err != nil {
+		return fail(err, p)
 	}
 	g.event(Event{Step: s.Name, Phase: "ready", Elapsed: time.Since(t0)})
 	return nil
@@ -400,12 +405,15 @@ type record struct {
 	StopSignal syscall.Signal `json:"stopSignal,omitempty"`
 	// Generation is the Spawn's (GenerationEnv); Spec the digest of the spec it was started
 	// from; Binary its binary as it was on disk then (the pin it runs); Inputs the group's
-	// Options.Inputs; LogFrom where its output began in its log file.
+	// Options.Inputs; LogFrom where its output began in its log file; Ready that its gate
+	// passed.
 	Generation string               `json:"generation,omitempty"`
 	Spec       string               `json:"spec,omitempty"`
 	Binary     processrunner.Binary `json:"binary"`
 	Inputs     string               `json:"inputs,omitempty"`
 	LogFrom    int64                `json:"logFrom,omitempty"`
+	// Ready: its gate passed.
+	Ready bool `json:"ready,omitempty"`
 }
 
 // Running lists the processes the records in recordDir name that still run as recorded

@@ -1,12 +1,17 @@
 // Package sdnotify tells systemd how a Type=notify service is doing (sd_notify(3)): READY=1
 // once it serves, STOPPING=1 when its stop begins. It is the protocol's few lines rather than
-// a dependency: one datagram to the socket systemd names in $NOTIFY_SOCKET.
+// a dependency: one datagram to the socket systemd names in $NOTIFY_SOCKET. And whether a
+// stop is the system's shutdown (SystemStopping).
 package sdnotify
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"strings"
+	"time"
 )
 
 // The states serve reports.
@@ -36,3 +41,20 @@ func Notify(state string) (bool, error) {
 	}
 	return true, nil
 }
+
+// SystemStopping says whether the service runs under systemd (INVOCATION_ID is set) while
+// the system itself is shutting down (`systemctl is-system-running` answers "stopping"): a
+// stop then is the host's, not a restart of the service, and whatever the service leaves
+// running would only be killed out of order by systemd's final sweep.
+func SystemStopping() bool {
+	if os.Getenv("INVOCATION_ID") == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, "systemctl", "is-system-running").Output()
+	return IsStopping(string(out))
+}
+
+// IsStopping reads `systemctl is-system-running`'s answer.
+func IsStopping(answer string) bool { return strings.TrimSpace(answer) == "stopping" }

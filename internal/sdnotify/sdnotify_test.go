@@ -49,3 +49,15 @@ func TestNotifyToAMissingSocket(t *testing.T) {
 		t.Error("no error for a missing socket")
 	}
 }
+
+func TestIsStopping(t *testing.T) {
+	for answer, want := range map[string]bool{"stopping\n": true, "running\n": false, "degraded\n": false, "": false} {
+		if got := IsStopping(answer); got != want {
+			t.Errorf("IsStopping(%q) = %v, want %v", answer, got, want)
+		}
+	}
+	t.Setenv("INVOCATION_ID", "")
+	if SystemStopping() {
+		t.Error("not under systemd, yet the system is stopping, it says")
+	}
+}
