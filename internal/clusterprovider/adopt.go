@@ -214,6 +214,7 @@ func (c *Cluster) Detach() {
 	}
 	c.stopped = true
 	close(c.stopping)
+	close(c.stopDone)
 	c.mu.Unlock()
 	c.nodesMu.Lock()
 	c.guestsClosed = true

@@ -268,6 +268,10 @@ type Cluster struct {
 	group   *procgroup.Group
 	mu      sync.Mutex
 	stopped bool
+	// stopDone closes when the first Stop (or Detach) has ended, stopErr its error: a
+	// second Stop waits for the first rather than return while it still reaps.
+	stopDone chan struct{}
+	stopErr  error
 	snapMu  sync.Mutex // serialises edits of nodes.json
 	admin   kubernetes.Interface
 	objects atomic.Int64   // its stored objects at the last count
@@ -560,7 +564,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}),
+	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}), stopDone: make(chan struct{}),
 		doorNames: doorNames, as: as, inputs: inputsDigest(l)}
 	logsFrom := logSizes(l)
 	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as}
@@ -809,11 +813,19 @@ func (c *Cluster) Stop() error {
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
-		return nil
+		<-c.stopDone // a Stop under way: its end, and its error
+		return c.stopErr
 	}
 	c.stopped = true
 	close(c.stopping)
 	c.mu.Unlock()
+	err := c.stop()
+	c.stopErr = err
+	close(c.stopDone)
+	return err
+}
+
+func (c *Cluster) stop() error {
 	// The guests first: they are kubelets (real or kwok's) of this apiserver.
 	err := c.stopRealGuests()
 	c.nodesMu.Lock()
