@@ -10,8 +10,9 @@ import (
 )
 
 // deploy/socialweb-kcp.service runs serve the way its stop and readiness work: serve tells
-// systemd it is ready (Type=notify), SIGTERM reaches serve alone so that it stops the groups
-// in order (KillMode=mixed), a crash restarts it, and the stop has time for many clusters.
+// systemd it is ready (Type=notify), SIGTERM reaches serve alone (KillMode=process), which
+// leaves its clusters to the next serve (--on-exit keep) or, at the host's shutdown, stops
+// them in order, a crash restarts it, and a stop has time for many clusters.
 // Where systemd-analyze is installed, systemd itself checks the file too.
 func TestTheSystemdUnit(t *testing.T) {
 	const unit = "../../deploy/socialweb-kcp.service"
@@ -28,7 +29,7 @@ func TestTheSystemdUnit(t *testing.T) {
 			fields[k] = v
 		}
 	}
-	for k, want := range map[string]string{"Type": "notify", "KillMode": "mixed", "KillSignal": "SIGTERM", "Restart": "on-failure", "TimeoutStopSec": "10min", "WantedBy": "multi-user.target"} {
+	for k, want := range map[string]string{"Type": "notify", "KillMode": "process", "KillSignal": "SIGTERM", "Restart": "on-failure", "TimeoutStopSec": "10min", "WantedBy": "multi-user.target"} {
 		if fields[k] != want {
 			t.Errorf("%s: %s=%q; want %q", unit, k, fields[k], want)
 		}
@@ -36,6 +37,11 @@ func TestTheSystemdUnit(t *testing.T) {
 	exe := strings.Fields(fields["ExecStart"])
 	if len(exe) < 2 || filepath.Base(exe[0]) != "socialweb-clusterprovider" || exe[1] != "serve" {
 		t.Fatalf("%s: ExecStart=%q; want socialweb-clusterprovider serve", unit, fields["ExecStart"])
+	}
+	// A restart of the unit is hitless: serve leaves its clusters for the next serve, and
+	// systemd signals serve alone (KillMode=process above).
+	if !strings.Contains(fields["ExecStart"], "--on-exit keep") {
+		t.Errorf("%s: ExecStart=%q; want --on-exit keep", unit, fields["ExecStart"])
 	}
 
 	analyze, err := exec.LookPath("systemd-analyze")
