@@ -9,6 +9,10 @@
 //  3. upgrade: kine's binary replaced before the start: each group adopted stale, then
 //     restarted one at a time (--max-restarts-at-once 1).
 //
+// With -before DIR (a directory holding an older build of socialweb-clusterprovider), the
+// clusters are first brought up by that serve, and a kill -9 and a start of it is measured
+// first (round "before"): the provider as it was, in the same run.
+//
 // For each it prints the tenant-seconds of outage (failed polls times the interval), the
 // longest outage, the most tenants down at once, and when the provider was back in
 // control: its metrics served and every Cluster Ready on the front (for the upgrade, every
@@ -50,17 +54,29 @@ func main() {
 	n := flag.Int("clusters", 20, "idle clusters")
 	poll := flag.Duration("poll", 500*time.Millisecond, "how often each tenant's /readyz is read")
 	bin := flag.String("bin-dir", "bin", "where the binaries are")
+	before := flag.String("before", "", "a directory holding an older socialweb-clusterprovider: round \"before\" measures it first")
 	flag.Parse()
 	binDir, _ := filepath.Abs(*bin)
 	root, remove := measure.DataRoot()
 	defer remove()
 	// A bin dir of links, kine a copy of its own: the upgrade replaces it.
-	private := privateBin(binDir)
+	private := linkBin(binDir, "kine")
 	defer os.RemoveAll(private)
 
 	fmt.Printf("restart on %s (%d CPUs), %s: %d idle clusters, each apiserver polled every %s\n",
 		measure.CPUModel(), runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), *n, *poll)
-	serve := measure.StartServe(private, root, ports)
+	first := private
+	rounds := []string{"reap", "adopt", "upgrade"}
+	if *before != "" {
+		// The same bin dir, but the older serve.
+		old, _ := filepath.Abs(*before)
+		first = linkBin(private, "")
+		measure.Check(os.Remove(filepath.Join(first, "socialweb-clusterprovider")))
+		measure.Check(os.Symlink(filepath.Join(old, "socialweb-clusterprovider"), filepath.Join(first, "socialweb-clusterprovider")))
+		defer os.RemoveAll(first)
+		rounds = append([]string{"before"}, rounds...)
+	}
+	serve := measure.StartServe(first, root, ports)
 	op, err := clientcmd.BuildConfigFromFlags("", filepath.Join(root, "operator.kubeconfig"))
 	measure.Check(err)
 	op.QPS, op.Burst = 100, 200
@@ -78,7 +94,7 @@ func main() {
 	time.Sleep(20 * time.Second) // settle before the first restart: a bench's wait, not a test's sync
 
 	p := startPolls(root, names, *poll)
-	for _, round := range []string{"reap", "adopt", "upgrade"} {
+	for _, round := range rounds {
 		p.reset()
 		time.Sleep(3 * time.Second) // a few clean polls before the crash
 		serve.Kill()
@@ -89,14 +105,26 @@ func main() {
 		if round == "upgrade" {
 			replace(filepath.Join(private, "kine"))
 		}
-		start := time.Now()
-		serve = measure.StartServe(private, root, ports, flags...)
-		served := time.Since(start)
-		allReady(clusters, len(names), 15*time.Minute)
-		if round == "upgrade" {
-			waitNewKine(root, private, names, 15*time.Minute)
-			allReady(clusters, len(names), 5*time.Minute)
+		bins := private
+		if round == "before" {
+			bins = first
 		}
+		start := time.Now()
+		serve = measure.StartServe(bins, root, ports, flags...)
+		served := time.Since(start)
+		// Back in control: this serve's own account of every cluster (a status on the front
+		// still says Ready from before the crash), then every Cluster Ready.
+		switch round {
+		case "before", "reap":
+			waitMetric(serve.MetricsURL, "socialweb_cluster_bringup_seconds_count", len(names), 15*time.Minute)
+		case "adopt":
+			waitMetric(serve.MetricsURL, `socialweb_clusters_adopted_total{state="current"}`, len(names), 5*time.Minute)
+		case "upgrade":
+			waitMetric(serve.MetricsURL, `socialweb_clusters_adopted_total{state="stale"}`, len(names), 5*time.Minute)
+			waitMetric(serve.MetricsURL, "socialweb_cluster_bringup_seconds_count", len(names), 15*time.Minute)
+			waitNewKine(root, private, names, 5*time.Minute)
+		}
+		allReady(clusters, len(names), 5*time.Minute)
 		control := time.Since(start)
 		time.Sleep(3 * time.Second) // polls after the last is back
 		total, longest, most := p.outage()
@@ -139,6 +167,31 @@ func allReady(clusters dynamic.ResourceInterface, n int, within time.Duration) {
 			measure.Check(fmt.Errorf("%d of %d Clusters Ready after %s (%v)", ready, n, within, err))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitMetric waits until series (a name, with its labels if it has any) reads at least n
+// on the /metrics page at url.
+func waitMetric(url, series string, n int, within time.Duration) {
+	name, labels, _ := strings.Cut(series, "{")
+	if labels != "" {
+		labels = "{" + labels
+	}
+	deadline := time.Now().Add(within)
+	for {
+		v := 0.0
+		for _, kv := range metric(url, name) {
+			if value, ok := strings.CutPrefix(kv, labels+"="); ok {
+				v, _ = strconv.ParseFloat(value, 64)
+			}
+		}
+		if v >= float64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			measure.Check(fmt.Errorf("%s is %v after %s, want %d", series, v, within, n))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -272,15 +325,15 @@ func metric(url, name string) []string {
 	return out
 }
 
-// privateBin is a bin dir of links to bin's files, kine a copy.
-func privateBin(bin string) string {
+// linkBin is a bin dir of links to bin's files, except the one named copy, a copy.
+func linkBin(bin, copy string) string {
 	dir, err := os.MkdirTemp("", "socialweb-bench-bin-")
 	measure.Check(err)
 	measure.Check(os.Chmod(dir, 0o755))
 	ents, err := os.ReadDir(bin)
 	measure.Check(err)
 	for _, e := range ents {
-		if e.Name() == "kine" {
+		if e.Name() == copy {
 			copyFile(filepath.Join(bin, e.Name()), filepath.Join(dir, e.Name()))
 			continue
 		}
