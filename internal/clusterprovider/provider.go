@@ -272,11 +272,11 @@ type Cluster struct {
 	// second Stop waits for the first rather than return while it still reaps.
 	stopDone chan struct{}
 	stopErr  error
-	snapMu  sync.Mutex // serialises edits of nodes.json
-	admin   kubernetes.Interface
-	objects atomic.Int64   // its stored objects at the last count
-	cgroup  *cgroups.Group // the cluster's control group; nil when cgroups are off
-	as      runAs          // who its processes run as
+	snapMu   sync.Mutex // serialises edits of nodes.json
+	admin    kubernetes.Interface
+	objects  atomic.Int64   // its stored objects at the last count
+	cgroup   *cgroups.Group // the cluster's control group; nil when cgroups are off
+	as       runAs          // who its processes run as
 
 	nodesMu sync.Mutex
 	nodes   *procgroup.Group            // the node group (kwok), started with the first simulated guest
