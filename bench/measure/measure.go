@@ -195,3 +195,14 @@ func stat(pid int) []string {
 	}
 	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 }
+
+// GroupLeader names process group pgid by its leader's executable (argv[0]'s base name):
+// a cluster's component.
+func GroupLeader(pgid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pgid))
+	if err != nil {
+		return "?"
+	}
+	argv0, _, _ := strings.Cut(string(b), "\x00")
+	return filepath.Base(argv0)
+}

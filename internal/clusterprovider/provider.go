@@ -87,6 +87,9 @@ type Config struct {
 	// Objects caps the objects a tenant cluster stores unless its spec sets a cap
 	// (internal/objectcap); 0 is none.
 	Objects int64
+	// CompactionInterval is how often each tenant's apiserver compacts its datastore's
+	// history (0: clusterstack.DefaultCompactionInterval, the kube-apiserver's own).
+	CompactionInterval time.Duration
 	// Logger receives the provider's own notes (an object cap put on or lifted); nil
 	// discards them.
 	Logger *slog.Logger
@@ -395,6 +398,7 @@ func (p *Provider) tenantSpec(name string) clusterstack.Spec {
 	return clusterstack.Spec{
 		Name: name, DataDir: p.DataDir(name), BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary,
 		NodeResync: p.cfg.NodeResync, BindAddress: p.cfg.APIServerBindAddress, AdvertiseAddress: p.cfg.APIServerAdvertiseAddress,
+		CompactionInterval: p.cfg.CompactionInterval,
 	}
 }
 

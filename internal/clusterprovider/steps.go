@@ -49,7 +49,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 			return processrunner.Spec{}, err
 		}
 		sp := componentSpec(s, c, argv)
-		sp.Cgroup, sp.User = in.Cgroup, in.As.components()
+		sp.Cgroup, sp.User, sp.Env = in.Cgroup, in.As.components(), s.RuntimeEnv(c)
 		return sp, nil
 	}
 	var steps []procgroup.Step

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -92,41 +93,53 @@ func waitReadyz(client kubernetes.Interface) procgroup.Gate {
 	}
 }
 
-// controllersProbeLabel marks the probe namespaces of waitControllers.
+// controllersProbeLabel marks the probe ClusterRoles of waitControllers.
 const controllersProbeLabel = "socialweb.computer/controllers-probe"
 
 // waitControllers proves the controller-manager's controllers run now, not that they ran
-// once: the serviceaccount controller gives a fresh probe namespace its "default"
-// ServiceAccount. The probe is then deleted (by the namespace controller, asynchronously).
+// once: its clusterrole-aggregation controller fills a fresh probe ClusterRole that
+// aggregates the bootstrap "view" rules. The probe is cluster-scoped and removed by the
+// gate itself, at once, so it leaves nothing in the tenant's API. (A probe namespace, the
+// earlier proof, stayed Terminating for at least 5 s after the gate passed: the namespace
+// controller waits that long before it empties one, and a tenant's first "kubectl get ns"
+// showed it.)
 func waitControllers(client kubernetes.Interface) procgroup.Gate {
 	return func(ctx context.Context) error {
-		nss := client.CoreV1().Namespaces()
+		roles := client.RbacV1().ClusterRoles()
 		cleanup := func() {
 			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			list, err := nss.List(dctx, metav1.ListOptions{LabelSelector: controllersProbeLabel})
-			if err != nil {
-				return
-			}
-			for _, ns := range list.Items {
-				_ = nss.Delete(dctx, ns.Name, metav1.DeleteOptions{})
-			}
+			_ = roles.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: controllersProbeLabel})
 		}
 		cleanup() // probes an interrupted earlier run left
 		defer cleanup()
+		probe := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "socialweb-controllers-probe-", Labels: map[string]string{controllersProbeLabel: "true"}},
+			AggregationRule: &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{
+				{MatchLabels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+			}},
+		}
 		var name string
-		return poll(ctx, "controller-manager: ServiceAccount in a probe namespace", func(ctx context.Context) (bool, error) {
+		return poll(ctx, "controller-manager: a probe ClusterRole aggregated", func(ctx context.Context) (bool, error) {
 			if name == "" {
-				ns, err := nss.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-					GenerateName: "socialweb-controllers-probe-", Labels: map[string]string{controllersProbeLabel: "true"},
-				}}, metav1.CreateOptions{})
+				r, err := roles.Create(ctx, probe, metav1.CreateOptions{})
 				if err != nil {
 					return false, err
 				}
-				name = ns.Name
+				name = r.Name
 			}
-			_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-			return err == nil, err
+			r, err := roles.Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				name = ""
+				return false, err
+			}
+			if err != nil {
+				return false, err
+			}
+			if len(r.Rules) == 0 {
+				return false, errors.New("probe ClusterRole not yet aggregated")
+			}
+			return true, nil
 		})
 	}
 }

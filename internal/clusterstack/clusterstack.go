@@ -39,6 +39,9 @@ type Spec struct {
 	MaxNodes    int           // at most this many Nodes are initialized; 0 is no quota
 	PodsPerNode int           // published on each Node the CCM initializes
 	NodeResync  time.Duration // how often Nodes are re-checked against nodes.json
+	// CompactionInterval is how often the apiserver compacts the datastore's history
+	// (0: DefaultCompactionInterval).
+	CompactionInterval time.Duration
 }
 
 // DefaultServiceCIDR is the tenant clusters' service range. It is a setting inside each

@@ -35,6 +35,10 @@ func (s Spec) KineArgv() []string {
 		"metrics-bind-address":           "0",
 		"datastore-max-open-connections": strconv.Itoa(KineMaxOpenConnections),
 		"datastore-max-idle-connections": "4",
+		// The apiserver decides what history goes (--etcd-compaction-interval); kine's
+		// default would still keep the last 1,000 revisions, so a quiet tenant never
+		// compacted and a continue token never expired.
+		"compact-min-retain": "0",
 	})...)
 }
 
