@@ -36,22 +36,25 @@ func main() {
 	window := flag.Duration("for", time.Minute, "how long idle CPU is measured")
 	bin := flag.String("bin-dir", "bin", "where the binaries measured are")
 	before := flag.String("before", "", "a directory with an older set of the same binaries, measured first")
+	maxBringUps := flag.Int("max-bring-ups", 0, "serve's --max-bring-ups (0: its default)")
 	flag.Parse()
 	if *n < 1 {
 		measure.Check(fmt.Errorf("-clusters %d: want at least 1", *n))
 	}
 	fmt.Printf("fleet on %s (%d CPUs), %s: %d Clusters created at once through serve\n",
 		measure.CPUModel(), runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), *n)
-	var runs []result
 	for _, dir := range []string{*before, *bin} {
 		if dir == "" {
 			continue
 		}
 		abs, err := filepath.Abs(dir)
 		measure.Check(err)
-		runs = append(runs, run(abs, *n, *settle, *window))
+		var flags []string
+		if *maxBringUps > 0 {
+			flags = append(flags, "--max-bring-ups", fmt.Sprint(*maxBringUps))
+		}
+		report(run(abs, *n, *settle, *window, flags))
 	}
-	print(runs)
 }
 
 // result is one binary set's readings.
@@ -68,12 +71,12 @@ type result struct {
 	clusterCount int
 }
 
-func run(binDir string, n int, settle, window time.Duration) result {
+func run(binDir string, n int, settle, window time.Duration, serveFlags []string) result {
 	r := result{bin: binDir, clusterCount: n, pss: map[string]float64{}, cpu: map[string]float64{}}
 	root, remove := measure.DataRoot()
 	defer remove()
 	memBefore := measure.HostMemoryUsed()
-	stop := measure.Serve(binDir, root, "32600-32799")
+	stop := measure.Serve(binDir, root, "32600-32767", serveFlags...)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
@@ -173,27 +176,26 @@ func pct(d []time.Duration, p float64) float64 {
 	return d[min(len(d)-1, int(float64(len(d))*p))].Seconds()
 }
 
-func print(runs []result) {
-	for _, r := range runs {
-		fmt.Printf("\n%s, %d clusters:\n", r.bin, r.clusterCount)
-		fmt.Printf("  create to Ready: p50 %.1fs, p90 %.1fs, max %.1fs; all Ready %.1fs after the first create\n",
-			pct(r.toReady, 0.5), pct(r.toReady, 0.9), r.toReady[len(r.toReady)-1].Seconds(), r.allReady.Seconds())
-		fmt.Printf("  tenant \"kubectl get ns\": p50 %.0f ms, max %.0f ms\n",
-			pct(r.getNS, 0.5)*1000, r.getNS[len(r.getNS)-1].Seconds()*1000)
-		fmt.Printf("  idle, per cluster:     %8s %10s\n", "PSS MiB", "% of a core")
-		var comps []string
-		for c := range r.pss {
-			comps = append(comps, c)
-		}
-		slices.Sort(comps)
-		var pss, cpu float64
-		for _, c := range comps {
-			fmt.Printf("    %-24s %8.1f %10.2f\n", c, r.pss[c], r.cpu[c]*100)
-			pss += r.pss[c]
-			cpu += r.cpu[c]
-		}
-		fmt.Printf("    %-24s %8.1f %10.2f\n", "whole cluster", pss, cpu*100)
-		fmt.Printf("  serve and its front: %.0f MiB PSS, %.2f%% of a core; host: memory in use %+.2f GiB since before serve, %.2f cores busy\n",
-			r.providerPSS, r.providerCPU*100, r.hostMemUsed, r.hostBusy)
+// report prints one binary set's readings as soon as they are had.
+func report(r result) {
+	fmt.Printf("\n%s, %d clusters:\n", r.bin, r.clusterCount)
+	fmt.Printf("  create to Ready: p50 %.1fs, p90 %.1fs, max %.1fs; all Ready %.1fs after the first create\n",
+		pct(r.toReady, 0.5), pct(r.toReady, 0.9), r.toReady[len(r.toReady)-1].Seconds(), r.allReady.Seconds())
+	fmt.Printf("  tenant \"kubectl get ns\": p50 %.0f ms, max %.0f ms\n",
+		pct(r.getNS, 0.5)*1000, r.getNS[len(r.getNS)-1].Seconds()*1000)
+	fmt.Printf("  idle, per cluster:     %8s %10s\n", "PSS MiB", "% of a core")
+	var comps []string
+	for c := range r.pss {
+		comps = append(comps, c)
 	}
+	slices.Sort(comps)
+	var pss, cpu float64
+	for _, c := range comps {
+		fmt.Printf("    %-24s %8.1f %10.2f\n", c, r.pss[c], r.cpu[c]*100)
+		pss += r.pss[c]
+		cpu += r.cpu[c]
+	}
+	fmt.Printf("    %-24s %8.1f %10.2f\n", "whole cluster", pss, cpu*100)
+	fmt.Printf("  serve and its front: %.0f MiB PSS, %.2f%% of a core; host: memory in use %+.2f GiB since before serve, %.2f cores busy\n",
+		r.providerPSS, r.providerCPU*100, r.hostMemUsed, r.hostBusy)
 }

@@ -108,8 +108,9 @@ func DataRoot() (string, func()) {
 }
 
 // MarkedGroups are the process groups of every process whose command line names marker
-// (a data root): each component of a cluster leads a group of its own, and the groups
-// hold what their leaders started (Postgres's backends name no path).
+// (a data root), or whose working directory is below it (the CCM's argv is its binary
+// alone; it runs in its DataDir): each component of a cluster leads a group of its own,
+// and the groups hold what their leaders started (Postgres's backends name no path).
 func MarkedGroups(marker string) []int {
 	ents, _ := os.ReadDir("/proc")
 	seen := map[int]bool{}
@@ -120,7 +121,11 @@ func MarkedGroups(marker string) []int {
 			continue
 		}
 		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !strings.Contains(string(cmd), marker) {
+		if err != nil {
+			continue
+		}
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		if !strings.Contains(string(cmd), marker) && !strings.HasPrefix(cwd+"/", marker) {
 			continue
 		}
 		if pg := stat(pid); len(pg) > 2 {

@@ -2,6 +2,7 @@ package measure
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"os/exec"
@@ -31,15 +32,21 @@ func StartServe(binDir, root, ports string, flags ...string) *Serving {
 	serve := exec.Command(filepath.Join(binDir, "socialweb-clusterprovider"), args...)
 	out, err := serve.StdoutPipe()
 	Check(err)
-	serve.Stderr = io.Discard
+	serve.Stderr = io.Discard // its log; a failed start is told by its exit
 	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	Check(serve.Start())
 	s := &Serving{Cmd: serve}
 	lines := bufio.NewScanner(out)
-	for lines.Scan() && !strings.Contains(lines.Text(), "serving Clusters") {
+	serving := false
+	for !serving && lines.Scan() {
+		serving = strings.Contains(lines.Text(), "serving Clusters")
 		if m, ok := strings.CutPrefix(lines.Text(), "metrics: "); ok {
 			s.MetricsURL = m
 		}
+	}
+	if !serving {
+		serve.Wait()
+		Check(fmt.Errorf("%s ended before it served Clusters (%v); run it by hand to see why", serve, serve.ProcessState))
 	}
 	go io.Copy(io.Discard, out)
 	return s

@@ -170,6 +170,10 @@ func (p *Provider) Leases() *portallocator.Book { return p.book }
 // DataDir is where the cluster named name keeps everything.
 func (p *Provider) DataDir(name string) string { return DataDirOf(p.cfg.DataRoot, name) }
 
+// templates is where the provider keeps what it copies for new clusters instead of making
+// it for each (a Postgres data directory, internal/pgtemplate).
+func (p *Provider) templates() string { return filepath.Join(p.cfg.DataRoot, "templates") }
+
 // DataDirOf is the DataDir of cluster name under dataRoot.
 func DataDirOf(dataRoot, name string) string { return filepath.Join(dataRoot, "clusters", name) }
 
@@ -571,7 +575,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}), stopDone: make(chan struct{}),
 		doorNames: doorNames, as: as, inputs: inputsDigest(l)}
 	logsFrom := logSizes(l)
-	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as}
+	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as, Templates: p.templates()}
 	if p.cfg.Cgroups != nil && !s.Front {
 		// The cluster's group is made, with its limits, before its first process; its
 		// processes are in leaves below it (control-plane/, nodes/), as v2 wants. (An

@@ -2,17 +2,22 @@ package clusterprovider
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"k8s.io/client-go/kubernetes"
 
 	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/auditlog"
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/pgtemplate"
 	"socialweb.computer/kcp/internal/processrunner"
 	"socialweb.computer/kcp/internal/procgroup"
 )
@@ -36,6 +41,9 @@ type StepInput struct {
 	Cgroup processrunner.Placer
 	// As is who the processes run as (the cluster's own user, with tenant users).
 	As runAs
+	// Templates is where Postgres data directory templates are kept ("": initdb for
+	// each cluster).
+	Templates string
 }
 
 // StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
@@ -54,7 +62,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 	}
 	var steps []procgroup.Step
 	if !s.Front {
-		pgStep, err := postgresStep(s, in.As, spec)
+		pgStep, err := postgresStep(s, in.As, in.Templates, spec)
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +166,7 @@ func validateSteps(steps []procgroup.Step) error {
 
 // postgresStep is the tenant's datastore: initdb on first start, then Postgres as the
 // postgres user, ready once kine's role and database exist.
-func postgresStep(s clusterstack.Spec, as runAs, spec func(procgroup.Component) (processrunner.Spec, error)) (procgroup.Step, error) {
+func postgresStep(s clusterstack.Spec, as runAs, templates string, spec func(procgroup.Component) (processrunner.Spec, error)) (procgroup.Step, error) {
 	l := s.Layout()
 	pg, err := spec(procgroup.ComponentPostgres)
 	if err != nil {
@@ -171,7 +179,7 @@ func postgresStep(s clusterstack.Spec, as runAs, spec func(procgroup.Component) 
 		Name: procgroup.ComponentPostgres,
 		Spec: pg,
 		Prepare: func(ctx context.Context) error {
-			return initdb(ctx, s, as.postgres(), pg.LogFile)
+			return initdb(ctx, s, as.postgres(), pg.LogFile, templates)
 		},
 		Ready: all(
 			waitDial("unix", l.PostgresSocket()),
@@ -194,9 +202,12 @@ func componentSpec(s clusterstack.Spec, c procgroup.Component, argv []string) pr
 }
 
 // initdb creates the Postgres data directory on first start; an existing one is kept (the
-// tenant's data). initdb runs as the user Postgres runs as (as), and reads the superuser
-// password from a copy only that user can read, removed right after.
-func initdb(ctx context.Context, s clusterstack.Spec, as string, logFile string) error {
+// tenant's data). With templates, the directory is a copy of a template made once by
+// initdb (internal/pgtemplate), given the cluster's superuser password in single-user mode
+// before its server starts; without, initdb makes it. Either runs as the user Postgres runs
+// as (as), and reads the password from its standard input or from a copy only that user
+// can read, removed right after.
+func initdb(ctx context.Context, s clusterstack.Spec, as string, logFile string, templates string) error {
 	l := s.Layout()
 	uid, gid, err := processrunner.LookupUser(as)
 	if err != nil {
@@ -220,6 +231,9 @@ func initdb(ctx context.Context, s clusterstack.Spec, as string, logFile string)
 	if err != nil {
 		return err
 	}
+	if templates != "" {
+		return fromTemplate(ctx, s, as, uid, gid, logFile, templates, strings.TrimSpace(string(pw)))
+	}
 	tmp := l.PostgresInitPassword()
 	if err := writeNew(tmp, pw, uid, gid); err != nil {
 		return err
@@ -231,6 +245,47 @@ func initdb(ctx context.Context, s clusterstack.Spec, as string, logFile string)
 	})
 	if err != nil {
 		return fmt.Errorf("initdb: %w", err)
+	}
+	return nil
+}
+
+// fromTemplate makes s's data directory a copy of the template for its initdb settings,
+// owned by uid:gid, and sets the superuser's password in it.
+func fromTemplate(ctx context.Context, s clusterstack.Spec, as string, uid, gid int, logFile, templates, password string) error {
+	l := s.Layout()
+	dir := filepath.Join(templates, "postgres-"+pgtemplate.Key(s.InitdbArgv()))
+	// The template is the shared postgres user's; its own superuser password is a random
+	// one nobody keeps: each copy gets its cluster's before it ever serves.
+	pgUID, pgGID, err := processrunner.LookupUser(clusterstack.PostgresUser)
+	if err != nil {
+		return err
+	}
+	err = pgtemplate.Ensure(ctx, dir, pgUID, pgGID, func(ctx context.Context, data string) error {
+		pwfile := data + ".password"
+		if err := writeNew(pwfile, []byte(rand.Text()+"\n"), pgUID, pgGID); err != nil {
+			return err
+		}
+		defer os.Remove(pwfile)
+		return processrunner.Run(ctx, processrunner.Spec{
+			Argv: s.InitdbArgvAt(data, pwfile), Dir: filepath.Dir(data), Prefix: "initdb", LogFile: logFile,
+			User: clusterstack.PostgresUser, Env: []string{"LC_ALL=C"},
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if err := pgtemplate.Copy(dir, l.PostgresData(), uid, gid); err != nil {
+		return err
+	}
+	// The password goes in on standard input, as a quoted literal: never on argv.
+	stmt := "ALTER ROLE " + pgx.Identifier{clusterstack.PostgresSuperuser}.Sanitize() + " PASSWORD '" + strings.ReplaceAll(password, "'", "''") + "'\n"
+	err = processrunner.Run(ctx, processrunner.Spec{
+		Argv: s.SingleUserArgv(), Dir: l.PostgresDir(), Prefix: "postgres --single", LogFile: logFile,
+		User: as, Env: []string{"LC_ALL=C"}, Stdin: strings.NewReader(stmt),
+	})
+	if err != nil {
+		os.RemoveAll(l.PostgresData()) // without the password, made again at the next start
+		return fmt.Errorf("postgres superuser password: %w", err)
 	}
 	return nil
 }

@@ -135,10 +135,11 @@ func (s Spec) ControllerManagerArgv() []string {
 }
 
 // controllers are the controller-manager's: all of them (plus the bootstrap-token ones) for
-// a tenant; for the front, only namespace deletion, garbage collection and service accounts.
+// a tenant; for the front, only namespace deletion, garbage collection, service accounts
+// and ClusterRole aggregation (what the controllers gate proves runs, waitControllers).
 func (s Spec) controllers() string {
 	if s.Front {
-		return "namespace,garbagecollector,serviceaccount,serviceaccount-token"
+		return "namespace,garbagecollector,serviceaccount,serviceaccount-token,clusterrole-aggregation"
 	}
 	return "*,bootstrapsigner,tokencleaner"
 }

@@ -4,16 +4,35 @@ package clusterstack
 // read from a file (--pwfile), never given on argv; local connections need it (scram).
 func (s Spec) InitdbArgv() []string {
 	l := s.Layout()
+	return s.InitdbArgvAt(l.PostgresData(), l.PostgresInitPassword())
+}
+
+// InitdbArgvAt is InitdbArgv making pgdata, with the password in pwfile: a template's.
+func (s Spec) InitdbArgvAt(pgdata, pwfile string) []string {
 	return []string{
 		s.postgresBin("initdb"),
-		"--pgdata=" + l.PostgresData(),
+		"--pgdata=" + pgdata,
 		"--username=" + PostgresSuperuser,
-		"--pwfile=" + l.PostgresInitPassword(),
+		"--pwfile=" + pwfile,
 		"--auth-local=scram-sha-256",
 		"--auth-host=reject",
 		"--encoding=UTF8",
 		"--locale=C",
 		"--no-instructions",
+	}
+}
+
+// SingleUserArgv runs Postgres in single-user mode on the cluster's data directory, as the
+// superuser, reading statements from its standard input: how a data directory copied from
+// a template gets the cluster's superuser password before its server first starts. A
+// failing statement is never written to the log (it may hold that password).
+func (s Spec) SingleUserArgv() []string {
+	return []string{
+		s.postgresBin("postgres"), "--single",
+		"-D", s.Layout().PostgresData(),
+		"-c", "log_min_error_statement=panic",
+		"-c", "listen_addresses=",
+		PostgresSuperuser,
 	}
 }
 

@@ -33,6 +33,9 @@ type Spec struct {
 	Env    []string  // the child's whole environment, KEY=VALUE
 	Prefix string    // put in front of every output line, e.g. "kine"
 	Output io.Writer // where prefixed output goes; nil discards it (without a LogFile)
+	// Stdin is what the process reads (Run: a statement for Postgres in single-user
+	// mode, a secret that must not go on argv); nil is /dev/null.
+	Stdin io.Reader
 	// LogFile, when set, is where the process writes its output itself (appended, 0600):
 	// what outlives the provider. Output and Prefix are then unused.
 	LogFile string
@@ -121,7 +124,7 @@ func Start(spec Spec) (*Process, error) {
 	} else if pr, out, err = os.Pipe(); err != nil {
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = out, out, spec.Stdin
 	if err := cmd.Start(); err != nil {
 		if pr != nil {
 			pr.Close()
