@@ -125,19 +125,17 @@ func run(binDir string, n int, settle, window time.Duration, serveFlags []string
 	provider = slices.DeleteFunc(provider, func(g int) bool {
 		return slices.ContainsFunc(groups, func(c group) bool { return c.pgid == g })
 	})
-	cpu0 := map[int]float64{}
-	for _, g := range append(provider, groupIDs(groups)...) {
-		cpu0[g] = measure.GroupCPU(g)
-	}
+	cpu0 := measure.CPUByGroup()
 	busy0, all0 := measure.HostCPU()
 	time.Sleep(window) // the window CPU is measured over
+	cpu1 := measure.CPUByGroup()
 	busy1, all1 := measure.HostCPU()
 	for _, g := range groups {
-		r.cpu[g.component] += (measure.GroupCPU(g.pgid) - cpu0[g.pgid]) / window.Seconds() / float64(n)
+		r.cpu[g.component] += (cpu1[g.pgid] - cpu0[g.pgid]) / window.Seconds() / float64(n)
 		r.pss[g.component] += measure.GroupPSS(g.pgid) / float64(n)
 	}
 	for _, g := range provider {
-		r.providerCPU += (measure.GroupCPU(g) - cpu0[g]) / window.Seconds()
+		r.providerCPU += (cpu1[g] - cpu0[g]) / window.Seconds()
 		r.providerPSS += measure.GroupPSS(g)
 	}
 	r.hostBusy = (busy1 - busy0) / (all1 - all0) * float64(runtime.NumCPU())
@@ -162,14 +160,6 @@ func run(binDir string, n int, settle, window time.Duration, serveFlags []string
 type group struct {
 	component string
 	pgid      int
-}
-
-func groupIDs(gs []group) []int {
-	var out []int
-	for _, g := range gs {
-		out = append(out, g.pgid)
-	}
-	return out
 }
 
 func pct(d []time.Duration, p float64) float64 {

@@ -202,12 +202,36 @@ func stat(pid int) []string {
 }
 
 // GroupLeader names process group pgid by its leader's executable (argv[0]'s base name):
-// a cluster's component.
+// a cluster's component. Postgres's processes each lead a group of their own and name
+// themselves "postgres: <what>": they are all "postgres".
 func GroupLeader(pgid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pgid))
 	if err != nil {
 		return "?"
 	}
 	argv0, _, _ := strings.Cut(string(b), "\x00")
-	return filepath.Base(argv0)
+	name, _, _ := strings.Cut(filepath.Base(argv0), ":")
+	return name
+}
+
+// CPUByGroup is the CPU time (user and system, seconds) the live processes of each process
+// group have used, read in one pass over /proc: readings of many groups at one moment.
+func CPUByGroup() map[int]float64 {
+	ents, _ := os.ReadDir("/proc")
+	out := map[int]float64{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f := stat(pid)
+		if len(f) < 13 {
+			continue
+		}
+		g, _ := strconv.Atoi(f[2])
+		u, _ := strconv.ParseFloat(f[11], 64)
+		s, _ := strconv.ParseFloat(f[12], 64)
+		out[g] += (u + s) / 100
+	}
+	return out
 }

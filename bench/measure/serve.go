@@ -33,7 +33,9 @@ func StartServe(binDir, root, ports string, flags ...string) *Serving {
 	out, err := serve.StdoutPipe()
 	Check(err)
 	serve.Stderr = io.Discard // its log; a failed start is told by its exit
-	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// A process group of its own, so that a reading of serve's group is serve's, not the
+	// benchmark's too.
+	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	Check(serve.Start())
 	s := &Serving{Cmd: serve}
 	lines := bufio.NewScanner(out)

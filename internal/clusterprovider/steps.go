@@ -250,17 +250,24 @@ func initdb(ctx context.Context, s clusterstack.Spec, as string, logFile string,
 }
 
 // fromTemplate makes s's data directory a copy of the template for its initdb settings,
-// owned by uid:gid, and sets the superuser's password in it.
+// owned by uid:gid, with the superuser's password set in it. The copy is made whole in
+// PostgresStaging and renamed into place: a data directory that exists is one a crash
+// cannot have left half made or without its password.
 func fromTemplate(ctx context.Context, s clusterstack.Spec, as string, uid, gid int, logFile, templates, password string) error {
 	l := s.Layout()
-	dir := filepath.Join(templates, "postgres-"+pgtemplate.Key(s.InitdbArgv()))
-	// The template is the shared postgres user's; its own superuser password is a random
-	// one nobody keeps: each copy gets its cluster's before it ever serves.
+	initdbArgv := s.InitdbArgv()
+	pin, err := processrunner.BinaryOf(initdbArgv[0])
+	if err != nil {
+		return fmt.Errorf("initdb: %w", err)
+	}
+	// initdb runs as the shared postgres user into a directory of its own; the template
+	// is root's once made, its superuser password a random one nobody keeps: each copy
+	// gets its cluster's before it ever serves.
 	pgUID, pgGID, err := processrunner.LookupUser(clusterstack.PostgresUser)
 	if err != nil {
 		return err
 	}
-	err = pgtemplate.Ensure(ctx, dir, pgUID, pgGID, func(ctx context.Context, data string) error {
+	dir, err := pgtemplate.Ensure(ctx, templates, pgtemplate.Key(initdbArgv, fmt.Sprint(pin)), pgUID, pgGID, func(ctx context.Context, data string) error {
 		pwfile := data + ".password"
 		if err := writeNew(pwfile, []byte(rand.Text()+"\n"), pgUID, pgGID); err != nil {
 			return err
@@ -274,20 +281,30 @@ func fromTemplate(ctx context.Context, s clusterstack.Spec, as string, uid, gid 
 	if err != nil {
 		return err
 	}
-	if err := pgtemplate.Copy(dir, l.PostgresData(), uid, gid); err != nil {
+	staging := l.PostgresStaging()
+	if err := os.RemoveAll(staging); err != nil { // what an interrupted start left
+		return err
+	}
+	if err := pgtemplate.Copy(dir, staging, uid, gid); err != nil {
+		return err
+	}
+	defer os.RemoveAll(staging) // gone once renamed
+	if err := pgtemplate.Own(staging, uid, gid); err != nil {
 		return err
 	}
 	// The password goes in on standard input, as a quoted literal: never on argv.
 	stmt := "ALTER ROLE " + pgx.Identifier{clusterstack.PostgresSuperuser}.Sanitize() + " PASSWORD '" + strings.ReplaceAll(password, "'", "''") + "'\n"
 	err = processrunner.Run(ctx, processrunner.Spec{
-		Argv: s.SingleUserArgv(), Dir: l.PostgresDir(), Prefix: "postgres --single", LogFile: logFile,
+		Argv: s.SingleUserArgv(staging), Dir: l.PostgresDir(), Prefix: "postgres --single", LogFile: logFile,
 		User: as, Env: []string{"LC_ALL=C"}, Stdin: strings.NewReader(stmt),
 	})
 	if err != nil {
-		os.RemoveAll(l.PostgresData()) // without the password, made again at the next start
 		return fmt.Errorf("postgres superuser password: %w", err)
 	}
-	return nil
+	if err := os.Rename(staging, l.PostgresData()); err != nil {
+		return err
+	}
+	return pgtemplate.Sync(l.PostgresData())
 }
 
 // writeNew writes a new file for uid:gid (0600) in a directory that user owns: whatever

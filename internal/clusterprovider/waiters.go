@@ -112,6 +112,16 @@ func waitControllers(client kubernetes.Interface) procgroup.Gate {
 			_ = roles.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: controllersProbeLabel})
 		}
 		cleanup() // probes an interrupted earlier run left
+		// And probe namespaces, of the same label, an interrupted run of the earlier gate
+		// left (it probed with a namespace): gone in the background, once.
+		nss := client.CoreV1().Namespaces()
+		if list, err := nss.List(ctx, metav1.ListOptions{LabelSelector: controllersProbeLabel}); err == nil {
+			for _, ns := range list.Items {
+				if ns.DeletionTimestamp == nil {
+					_ = nss.Delete(ctx, ns.Name, metav1.DeleteOptions{})
+				}
+			}
+		}
 		defer cleanup()
 		probe := &rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "socialweb-controllers-probe-", Labels: map[string]string{controllersProbeLabel: "true"}},

@@ -23,11 +23,15 @@ func (l Layout) GuestsRunDir() string             { return l.path("run", "guests
 func (l Layout) GuestRunDir(nodeID string) string { return filepath.Join(l.GuestsRunDir(), nodeID) }
 
 // GuestsDir holds each real guest's directory; ImagesDir the archives `images load` kept.
-func (l Layout) GuestsDir() string         { return l.path(nodeprovider.GuestsDirName) }
-func (l Layout) ImagesDir() string         { return l.path("images") }
-func (l Layout) LogDir() string            { return l.path("logs") }     // one log per component
-func (l Layout) PostgresDir() string       { return l.path("postgres") } // owned by the postgres user
-func (l Layout) PostgresData() string      { return l.path("postgres", "data") }
+func (l Layout) GuestsDir() string    { return l.path(nodeprovider.GuestsDirName) }
+func (l Layout) ImagesDir() string    { return l.path("images") }
+func (l Layout) LogDir() string       { return l.path("logs") }     // one log per component
+func (l Layout) PostgresDir() string  { return l.path("postgres") } // owned by the postgres user
+func (l Layout) PostgresData() string { return l.path("postgres", "data") }
+
+// PostgresStaging is where a new data directory is made whole before it is renamed to
+// PostgresData: in the DataDir itself, which only root may write.
+func (l Layout) PostgresStaging() string   { return l.path("postgres-data.new") }
 func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
 
 // Files.

@@ -22,17 +22,20 @@ func (s Spec) InitdbArgvAt(pgdata, pwfile string) []string {
 	}
 }
 
-// SingleUserArgv runs Postgres in single-user mode on the cluster's data directory, as the
-// superuser, reading statements from its standard input: how a data directory copied from
-// a template gets the cluster's superuser password before its server first starts. A
-// failing statement is never written to the log (it may hold that password).
-func (s Spec) SingleUserArgv() []string {
+// SingleUserArgv runs Postgres in single-user mode on the data directory pgdata, as the
+// bootstrap superuser in the "postgres" database, reading statements from its standard
+// input: how a data directory copied from a template gets the cluster's superuser password
+// before its server first starts. A failing statement ends it with an error
+// (exit_on_error; single-user mode otherwise goes on and exits 0) and is never written to
+// the log (it may hold that password).
+func (s Spec) SingleUserArgv(pgdata string) []string {
 	return []string{
 		s.postgresBin("postgres"), "--single",
-		"-D", s.Layout().PostgresData(),
+		"-D", pgdata,
+		"-c", "exit_on_error=true",
 		"-c", "log_min_error_statement=panic",
 		"-c", "listen_addresses=",
-		PostgresSuperuser,
+		"postgres", // the database
 	}
 }
 

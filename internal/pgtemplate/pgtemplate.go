@@ -9,6 +9,10 @@
 // in pg_control included: PostgreSQL uses it to match WAL to its cluster, so a WAL archive
 // (none is kept today) would have to be kept per cluster by name, not trusted to tell them
 // apart. The superuser's password is set per copy, before its server first starts.
+//
+// A template is root's once made: the user initdb ran as (the postgres user every tenant's
+// Postgres shares without tenant users) could otherwise plant a role or a setting in every
+// data directory made after. The provider never follows a link in either tree.
 package pgtemplate
 
 import (
@@ -23,16 +27,17 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// Key names a template by what made it: initdb's argv without the paths that differ per
-// run (the data directory and the password file). Another PostgreSQL, or other initdb
-// settings, is another template.
-func Key(initdbArgv []string) string {
+// Key names a template by what makes it: initdb's argv without the paths that differ per
+// run (the data directory and the password file), and what else the caller names (the
+// initdb binary's pin, so that another PostgreSQL at the same path makes another template).
+func Key(initdbArgv []string, more ...string) string {
 	h := sha256.New()
-	for _, a := range initdbArgv {
+	for _, a := range append(append([]string{}, initdbArgv...), more...) {
 		if strings.HasPrefix(a, "--pgdata=") || strings.HasPrefix(a, "--pwfile=") {
 			continue
 		}
@@ -42,49 +47,92 @@ func Key(initdbArgv []string) string {
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
+// prefix names every template directory under the templates directory.
+const prefix = "postgres-"
+
 // ensureMu serialises the making of templates: two bring-ups at once make one.
 var ensureMu sync.Mutex
 
-// Ensure makes the template at dir once: initdb makes a data directory in the (empty,
-// uid:gid-owned) directory it is given, which becomes dir only when it is whole and on
-// disk. A half-made one from an interrupted run is made again.
-func Ensure(ctx context.Context, dir string, uid, gid int, initdb func(ctx context.Context, dataDir string) error) error {
+// Ensure returns the template of key under templates, made if it is not there: initdb,
+// run as uid:gid, makes a data directory in the (empty, uid:gid-owned) directory it is
+// given; it becomes the template only when it is whole, root's and on disk. A half-made
+// one from an interrupted run, and templates of other keys (another PostgreSQL, other
+// settings), are removed.
+func Ensure(ctx context.Context, templates, key string, uid, gid int, initdb func(ctx context.Context, dataDir string) error) (string, error) {
 	ensureMu.Lock()
 	defer ensureMu.Unlock()
-	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
-		return nil
+	dir := filepath.Join(templates, prefix+key)
+	if fi, err := os.Lstat(filepath.Join(dir, "PG_VERSION")); err == nil && ownedByRoot(fi) {
+		if top, err := os.Lstat(dir); err == nil && top.IsDir() && ownedByRoot(top) {
+			return dir, nil
+		}
 	}
 	// The parent is root's; initdb, run as uid, only needs to pass through it.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
-		return err
+	if err := os.MkdirAll(templates, 0o711); err != nil {
+		return "", err
 	}
-	tmp := dir + ".new"
-	if err := os.RemoveAll(tmp); err != nil {
-		return err
+	if err := removeOthers(templates, ""); err != nil {
+		return "", err
 	}
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return err
+	tmp, err := os.MkdirTemp(templates, ".new-")
+	if err != nil {
+		return "", err
 	}
+	defer os.RemoveAll(tmp) // gone once renamed
 	if err := os.Chown(tmp, uid, gid); err != nil {
-		return err
+		return "", err
 	}
 	if err := initdb(ctx, tmp); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("postgres template: %w", err)
+		return "", fmt.Errorf("postgres template: %w", err)
+	}
+	// root's from the top down: once the top is, initdb's user cannot reach below it.
+	if err := os.Lchown(tmp, 0, 0); err != nil {
+		return "", err
+	}
+	if err := filepath.WalkDir(tmp, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, 0, 0)
+	}); err != nil {
+		return "", err
 	}
 	if err := syncfs(tmp); err != nil {
-		return err
+		return "", err
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return err
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", err
 	}
-	return os.Rename(tmp, dir)
+	return dir, removeOthers(templates, dir)
 }
 
-// Copy copies the template src into dst, which must not exist, every entry owned by
-// uid:gid with its mode kept, and makes the copy durable before it returns: a data
-// directory whose files a power cut could still lose is not one to start a server on. A
-// failed copy is removed.
+// removeOthers removes half-made templates, and with keep set every template but keep.
+func removeOthers(templates, keep string) error {
+	ents, err := os.ReadDir(templates)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		path := filepath.Join(templates, e.Name())
+		stale := strings.HasPrefix(e.Name(), ".new-") || (keep != "" && strings.HasPrefix(e.Name(), prefix) && path != keep)
+		if stale {
+			if err := os.RemoveAll(path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func ownedByRoot(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == 0
+}
+
+// Copy copies the template src into dst, which must not exist and whose parent only root
+// may write, every entry owned by uid:gid with its mode kept. dst itself stays root's, so
+// that nothing of uid's can reach the tree while root writes it; the caller hands it over
+// (Own) when it is whole. A failed copy is removed.
 func Copy(src, dst string, uid, gid int) (err error) {
 	if _, err := os.Lstat(dst); err == nil {
 		return fmt.Errorf("postgres data directory %s exists already", dst)
@@ -94,7 +142,7 @@ func Copy(src, dst string, uid, gid int) (err error) {
 			os.RemoveAll(dst)
 		}
 	}()
-	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -107,49 +155,57 @@ func Copy(src, dst string, uid, gid int) (err error) {
 		if err != nil {
 			return err
 		}
+		mode := info.Mode().Perm()
 		switch {
 		case d.IsDir():
-			if err := os.Mkdir(target, info.Mode().Perm()); err != nil {
+			if err := os.Mkdir(target, 0o700); err != nil {
 				return err
 			}
+			if path == src {
+				return os.Chmod(target, mode) // root's until Own
+			}
+			if err := os.Chmod(target, mode); err != nil { // Mkdir is subject to the umask
+				return err
+			}
+			return os.Lchown(target, uid, gid)
 		case d.Type().IsRegular():
-			if err := copyFile(path, target, info.Mode().Perm()); err != nil {
-				return err
-			}
+			return copyFile(path, target, mode, uid, gid)
 		default:
 			// initdb makes directories and files only; anything else is not initdb's.
 			return fmt.Errorf("postgres template: %s is neither a file nor a directory", path)
 		}
-		if err := os.Lchown(target, uid, gid); err != nil {
-			return err
-		}
-		// Mkdir and OpenFile are subject to the umask; the template's modes are kept.
-		return os.Chmod(target, info.Mode().Perm())
 	})
-	if err != nil {
-		return err
-	}
-	return syncfs(dst)
 }
 
-func copyFile(src, dst string, mode fs.FileMode) error {
-	in, err := os.Open(src)
+// Own hands dst, a Copy, to uid:gid.
+func Own(dst string, uid, gid int) error { return os.Lchown(dst, uid, gid) }
+
+// copyFile copies src to a new dst, never through a link, and sets its mode and owner on
+// the open file.
+func copyFile(src, dst string, mode fs.FileMode, uid, gid int) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Chmod(mode)
 	}
-	return out.Close()
+	if err == nil {
+		err = out.Chown(uid, gid)
+	}
+	return errors.Join(err, out.Close())
 }
 
-// syncfs writes out the filesystem holding dir: one call for a thousand files.
+// Sync writes out the filesystem holding dir: its files, one call for a thousand, and the
+// directory entries made or renamed in it (a journal commit).
+func Sync(dir string) error { return syncfs(dir) }
+
 func syncfs(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
