@@ -23,8 +23,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -55,11 +53,8 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	op, err := clientcmd.BuildConfigFromFlags("", filepath.Join(root, "operator.kubeconfig"))
-	measure.Check(err)
-	op.QPS, op.Burst = 200, 400
-	clusters := dynamic.NewForConfigOrDie(op).Resource(clusterprovider.ClustersResource).Namespace("default")
-	secrets := kubernetes.NewForConfigOrDie(op).CoreV1().Secrets("default")
+	op := measure.OperatorOf(root)
+	clusters, secrets := op.Clusters, op.Secrets
 
 	fmt.Printf("density on %s (%d CPUs), %s: %d Clusters declared asleep, %d of them woken\n",
 		measure.CPUModel(), runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), *declared, *awake)

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -80,11 +79,8 @@ func run(binDir string, n int, settle, window time.Duration, serveFlags []string
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	op, err := clientcmd.BuildConfigFromFlags("", filepath.Join(root, "operator.kubeconfig"))
-	measure.Check(err)
-	op.QPS, op.Burst = 200, 400
-	clusters := dynamic.NewForConfigOrDie(op).Resource(clusterprovider.ClustersResource).Namespace("default")
-	secrets := kubernetes.NewForConfigOrDie(op).CoreV1().Secrets("default")
+	op := measure.OperatorOf(root)
+	clusters, secrets := op.Clusters, op.Secrets
 
 	names := make([]string, n)
 	created := map[string]time.Time{}

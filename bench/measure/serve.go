@@ -9,6 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"socialweb.computer/kcp/internal/clusterprovider"
 )
 
 // Serve starts `socialweb-clusterprovider serve` from binDir on the data root, with the
@@ -72,4 +79,23 @@ func FreeAddr() string {
 	Check(err)
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// Operator is what serve's operator on a data root reaches on its front, as the CLI does
+// (operator.kubeconfig, at 200 requests a second): the default namespace's Clusters and
+// Secrets (each Cluster's delivered kubeconfig).
+type Operator struct {
+	Clusters dynamic.ResourceInterface
+	Secrets  corev1client.SecretInterface
+}
+
+// OperatorOf is the operator of the serve on root.
+func OperatorOf(root string) Operator {
+	op, err := clientcmd.BuildConfigFromFlags("", filepath.Join(root, "operator.kubeconfig"))
+	Check(err)
+	op.QPS, op.Burst = 200, 400
+	return Operator{
+		Clusters: dynamic.NewForConfigOrDie(op).Resource(clusterprovider.ClustersResource).Namespace("default"),
+		Secrets:  kubernetes.NewForConfigOrDie(op).CoreV1().Secrets("default"),
+	}
 }

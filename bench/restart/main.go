@@ -77,10 +77,7 @@ func main() {
 		rounds = append([]string{"before"}, rounds...)
 	}
 	serve := measure.StartServe(first, root, ports)
-	op, err := clientcmd.BuildConfigFromFlags("", filepath.Join(root, "operator.kubeconfig"))
-	measure.Check(err)
-	op.QPS, op.Burst = 100, 200
-	clusters := dynamic.NewForConfigOrDie(op).Resource(clusterprovider.ClustersResource).Namespace("default")
+	clusters := measure.OperatorOf(root).Clusters
 	ctx := context.Background()
 	names := make([]string, *n)
 	for i := range names {
