@@ -253,7 +253,9 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	phase := func(pod string) func() (bool, string) {
 		return func() (bool, string) {
 			p := strings.TrimSpace(kubectl("get", "pod", pod, "-o", "jsonpath={.status.phase}"))
-			return p == "Succeeded", p
+			// Why, when it is not: the kubelet's reason, or the container's.
+			why := kubectl("get", "pod", pod, "-o", "jsonpath={.status.reason} {.status.message} {.status.containerStatuses}")
+			return p == "Succeeded", p + " " + why
 		}
 	}
 	kubectl("run", "hello", "--image="+guestimage.BusyboxImage, "--restart=Never", "--", "echo", "hello")

@@ -203,7 +203,7 @@ func (c *Cluster) RemoveNode(ctx context.Context, nodeID string) error {
 	if err != nil {
 		return err
 	}
-	return poll(ctx, "node "+g.Name+" deleted by the CCM", func(ctx context.Context) (bool, error) {
+	err = poll(ctx, "node "+g.Name+" deleted by the CCM", func(ctx context.Context) (bool, error) {
 		n, err := c.admin.CoreV1().Nodes().Get(ctx, g.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
@@ -216,6 +216,36 @@ func (c *Cluster) RemoveNode(ctx context.Context, nodeID string) error {
 		}
 		return false, errors.New("still there, NotReady")
 	})
+	if err != nil {
+		return err
+	}
+	return c.reapIdleNodeGroup()
+}
+
+// reapIdleNodeGroup reaps the node group (kwok) once no simulated guest is listed. kwok
+// remembers the Nodes it played: a real guest that takes the name of one (a simulated node
+// replaced by a real one) had its pods played Running by kwok too, which its kubelet then
+// found without containers and failed. A cluster without simulated guests runs no kwok;
+// startNodeGroup starts one again for the next.
+func (c *Cluster) reapIdleNodeGroup() error {
+	real := c.realGuests() // before nodesMu, which it takes
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
+	if c.nodes == nil {
+		return nil
+	}
+	// A guest is listed before it is created (invariant 10): a simulated one being added
+	// now is listed already, or its start waits on nodesMu and finds no node group.
+	list, err := c.Instances()
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(list, func(in instancesnapshot.Instance) bool { return !real.Has(in.NodeID) }) {
+		return nil
+	}
+	nodes := c.nodes
+	c.nodes = nil
+	return nodes.Reap()
 }
 
 // retireGuest drains the guest nodeID's Node, deletes the guest and unlists it, without
