@@ -280,6 +280,11 @@ func (c *Cluster) startNodeGroup(ctx context.Context) error {
 	if c.nodes != nil {
 		return nil
 	}
+	if c.guestsClosed {
+		// Stop has taken the node group it knew of, or found none: a kwok started now
+		// would outlive its cluster.
+		return fmt.Errorf("cluster %s is stopping", c.Name)
+	}
 	s := c.Spec
 	sp, err := s.Argv(procgroup.ComponentKwok)
 	if err != nil {

@@ -301,10 +301,15 @@ func fromTemplate(ctx context.Context, s clusterstack.Spec, as string, uid, gid 
 	if err != nil {
 		return fmt.Errorf("postgres superuser password: %w", err)
 	}
+	// On disk before the rename, and the rename after it: a data directory that exists
+	// after a power cut is never one whose files are still empty.
+	if err := pgtemplate.Sync(staging); err != nil {
+		return err
+	}
 	if err := os.Rename(staging, l.PostgresData()); err != nil {
 		return err
 	}
-	return pgtemplate.Sync(l.PostgresData())
+	return pgtemplate.SyncDir(l.PostgresDir())
 }
 
 // writeNew writes a new file for uid:gid (0600) in a directory that user owns: whatever

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,8 +94,12 @@ func waitReadyz(client kubernetes.Interface) procgroup.Gate {
 	}
 }
 
-// controllersProbeLabel marks the probe ClusterRoles of waitControllers.
-const controllersProbeLabel = "socialweb.computer/controllers-probe"
+// controllersProbeLabel and controllersProbePrefix mark the probe ClusterRoles of
+// waitControllers (and the probe namespaces of its earlier form).
+const (
+	controllersProbeLabel  = "socialweb.computer/controllers-probe"
+	controllersProbePrefix = "socialweb-controllers-probe-"
+)
 
 // waitControllers proves the controller-manager's controllers run now, not that they ran
 // once: its clusterrole-aggregation controller fills a fresh probe ClusterRole that
@@ -109,7 +114,17 @@ func waitControllers(client kubernetes.Interface) procgroup.Gate {
 		cleanup := func() {
 			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_ = roles.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: controllersProbeLabel})
+			// Only the gate's own probes: its label and its name, never a tenant's role
+			// that happens to carry the label.
+			list, err := roles.List(dctx, metav1.ListOptions{LabelSelector: controllersProbeLabel})
+			if err != nil {
+				return
+			}
+			for _, r := range list.Items {
+				if strings.HasPrefix(r.Name, controllersProbePrefix) {
+					_ = roles.Delete(dctx, r.Name, metav1.DeleteOptions{})
+				}
+			}
 		}
 		cleanup() // probes an interrupted earlier run left
 		// And probe namespaces, of the same label, an interrupted run of the earlier gate
@@ -117,14 +132,14 @@ func waitControllers(client kubernetes.Interface) procgroup.Gate {
 		nss := client.CoreV1().Namespaces()
 		if list, err := nss.List(ctx, metav1.ListOptions{LabelSelector: controllersProbeLabel}); err == nil {
 			for _, ns := range list.Items {
-				if ns.DeletionTimestamp == nil {
+				if ns.DeletionTimestamp == nil && strings.HasPrefix(ns.Name, controllersProbePrefix) {
 					_ = nss.Delete(ctx, ns.Name, metav1.DeleteOptions{})
 				}
 			}
 		}
 		defer cleanup()
 		probe := &rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "socialweb-controllers-probe-", Labels: map[string]string{controllersProbeLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{GenerateName: controllersProbePrefix, Labels: map[string]string{controllersProbeLabel: "true"}},
 			AggregationRule: &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{
 				{MatchLabels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
 			}},

@@ -85,8 +85,12 @@ func Ensure(ctx context.Context, templates, key string, uid, gid int, initdb fun
 	if err := initdb(ctx, tmp); err != nil {
 		return "", fmt.Errorf("postgres template: %w", err)
 	}
-	// root's from the top down: once the top is, initdb's user cannot reach below it.
+	// root's and 0700 from the top down: once the top is, initdb's user cannot reach below
+	// it by path (whatever modes it gave what is below; Copy does not carry them).
 	if err := os.Lchown(tmp, 0, 0); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o700); err != nil { // tmp is root's own entry: no link
 		return "", err
 	}
 	if err := filepath.WalkDir(tmp, func(path string, _ fs.DirEntry, err error) error {
@@ -155,7 +159,12 @@ func Copy(src, dst string, uid, gid int) (err error) {
 		if err != nil {
 			return err
 		}
-		mode := info.Mode().Perm()
+		// initdb (without group access) makes 0700 directories and 0600 files; nothing
+		// wider is carried into a copy, whatever the template's modes became.
+		mode := info.Mode().Perm() & 0o700
+		if !d.IsDir() {
+			mode &= 0o600
+		}
 		switch {
 		case d.IsDir():
 			if err := os.Mkdir(target, 0o700); err != nil {
@@ -202,9 +211,21 @@ func copyFile(src, dst string, mode fs.FileMode, uid, gid int) error {
 	return errors.Join(err, out.Close())
 }
 
-// Sync writes out the filesystem holding dir: its files, one call for a thousand, and the
-// directory entries made or renamed in it (a journal commit).
+// Sync writes out the filesystem holding dir: its files, one call for a thousand. dir must
+// be one only root can reach (the staging copy).
 func Sync(dir string) error { return syncfs(dir) }
+
+// SyncDir writes out the entries of the directory dir (a rename into it), opened without
+// following a link: dir is named in a directory only root may write, though another user
+// owns it.
+func SyncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	return unix.Fsync(fd)
+}
 
 func syncfs(dir string) error {
 	f, err := os.Open(dir)

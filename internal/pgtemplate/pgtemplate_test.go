@@ -28,8 +28,8 @@ func TestKeyIgnoresThePathsOfARun(t *testing.T) {
 	}
 }
 
-// fakeInitdb makes what a data directory holds, as far as a copy can tell, with modes the
-// umask would not give.
+// fakeInitdb makes what a data directory holds, as far as a copy can tell, with modes
+// wider than initdb's (as initdb's user could have made them): a copy never carries them.
 func fakeInitdb(calls *atomic.Int32) func(context.Context, string) error {
 	return func(_ context.Context, dir string) error {
 		calls.Add(1)
@@ -39,13 +39,13 @@ func fakeInitdb(calls *atomic.Int32) func(context.Context, string) error {
 		if err := os.Mkdir(filepath.Join(dir, "base"), 0o700); err != nil {
 			return err
 		}
-		if err := os.Chmod(filepath.Join(dir, "base"), 0o750); err != nil {
+		if err := os.Chmod(filepath.Join(dir, "base"), 0o777); err != nil {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(dir, "base", "1"), []byte("catalog"), 0o600); err != nil {
 			return err
 		}
-		return os.Chmod(filepath.Join(dir, "base", "1"), 0o640)
+		return os.Chmod(filepath.Join(dir, "base", "1"), 0o666)
 	}
 }
 
@@ -87,7 +87,7 @@ func TestATemplateIsMadeOnceRootsAndCopiedWhole(t *testing.T) {
 		}
 	}
 
-	old := syscall.Umask(0o077)
+	old := syscall.Umask(0)
 	defer syscall.Umask(old)
 	dst := filepath.Join(root, "staging")
 	if err := Copy(dir, dst, nobody, nobody); err != nil {
@@ -103,7 +103,7 @@ func TestATemplateIsMadeOnceRootsAndCopiedWhole(t *testing.T) {
 	if err != nil || string(b) != "catalog" {
 		t.Fatalf("copied file: %q, %v", b, err)
 	}
-	for p, want := range map[string]os.FileMode{dst: 0o700, filepath.Join(dst, "base"): 0o750, filepath.Join(dst, "base", "1"): 0o640, filepath.Join(dst, "PG_VERSION"): 0o600} {
+	for p, want := range map[string]os.FileMode{dst: 0o700, filepath.Join(dst, "base"): 0o700, filepath.Join(dst, "base", "1"): 0o600, filepath.Join(dst, "PG_VERSION"): 0o600} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)
