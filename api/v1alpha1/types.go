@@ -102,6 +102,12 @@ type ClusterStatus struct {
 	LastActive *metav1.Time `json:"lastActive,omitempty"`
 	// LastWake is how long its last wake took, from the first request held to Ready.
 	LastWake string `json:"lastWake,omitempty"`
+	// CertificatesIssued is when its oldest leaf certificate was minted: after a renewal,
+	// the renewal's time (socialweb-kcp certs rotate waits for it).
+	CertificatesIssued *metav1.Time `json:"certificatesIssued,omitempty"`
+	// CertificatesExpire is when its soonest leaf certificate expires; the provider renews
+	// it well before (serve --cert-renew-share).
+	CertificatesExpire *metav1.Time `json:"certificatesExpire,omitempty"`
 }
 
 // Node is one guest of a Cluster.

@@ -45,7 +45,7 @@ func addProviderFlags(fs *pflag.FlagSet) *providerFlags {
 	fs.StringVar(&f.bindAddress, "apiserver-bind-address", "", "the IP the tenant apiservers listen on (default 127.0.0.1; beyond loopback their ports are open to the network, not only the front door)")
 	fs.StringVar(&f.advertiseAddress, "apiserver-advertise-address", "", "the IP the tenant apiservers tell their clusters to reach them at (default: the bind address, or 127.0.0.1 with 0.0.0.0)")
 	fs.DurationVar(&f.certs.Validity, "cert-validity", certrenewal.DefaultValidity, "how long a leaf certificate minted from now on is valid (CAs: ten years)")
-	fs.Float64Var(&f.certs.Share, "cert-renew-share", certrenewal.DefaultShare, "renew a leaf certificate when less than this share of its validity is left, at the cluster's next start")
+	fs.Float64Var(&f.certs.Share, "cert-renew-share", certrenewal.DefaultShare, "renew a cluster's leaf certificates when less than this share of the validity of one is left: a running cluster (and the front) is restarted, one at a time, to read them; a stopped one renews them at its start")
 	fs.BoolVar(&f.cgroups, "cgroups", true, "run each tenant cluster in a control group of its own, below the provider's (cgroup v1 or v2), with its limits")
 	fs.BoolVar(&f.tenantUsers, "tenant-users", true, "run every process of a tenant cluster as an OS user of its own (swk-<hash>), made at its first start and removed with it")
 	fs.StringVar(&f.memory, "cluster-memory", "", "each cluster's memory limit, page cache included, unless its spec.resources sets one (a quantity such as 1Gi; default none)")

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,11 +17,11 @@ import (
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"socialweb.computer/kcp/api/v1alpha1"
-	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/frontevents"
@@ -165,17 +164,17 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		if adopted, _ := front.Adopted(); adopted {
 			fmt.Fprintln(stdout, "the front an earlier serve left running is adopted")
 		}
-		b, err := os.ReadFile(front.TenantKubeconfig)
-		if err != nil {
-			return err
-		}
-		kubeconfig = filepath.Join(o.dataRoot, "operator.kubeconfig")
-		if err := atomicfile.WriteFile(kubeconfig, b, 0o600); err != nil {
+		if kubeconfig, err = writeOperatorAccess(o.dataRoot, front.TenantKubeconfig); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "front is Ready in %.2fs at %s\n", time.Since(t0).Seconds(), front.URL)
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	var rc *rest.Config
+	if front != nil {
+		rc, err = serveClientConfig(o.dataRoot, kubeconfig)
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
 	if err != nil {
 		return fmt.Errorf("--front-kubeconfig: %w", err)
 	}
@@ -228,19 +227,42 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "front door: %s; a cluster NAME is at https://NAME.%s:%d\n", doorLn.Addr(), cfg.FrontDoor.Names.BaseDomain, cfg.FrontDoor.Port)
 	}
 	var died error
+	var frontEvents <-chan clusterprovider.FrontEvent // nil, never ready, without a front of serve's own
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	defer stopKeeping()
 	if front != nil {
+		frontEvents = p.KeepFront(keepCtx, front, log)
+	}
+wait:
+	for {
 		select {
 		case <-ctx.Done():
-		case ex := <-front.Exited():
-			died = fmt.Errorf("front: %s exited on its own (%v)", ex.Step, ex.Err)
+			break wait
+		case ev, ok := <-frontEvents:
+			if !ok {
+				break wait // ctx ended
+			}
+			if ev.Err != nil {
+				died = ev.Err
+				break wait
+			}
+			front = ev.Front
+			if _, err := writeOperatorAccess(o.dataRoot, front.TenantKubeconfig); err != nil {
+				died = err
+				break wait
+			}
 		case err := <-done:
 			return errors.Join(err, errors.New("the reconcile loop ended"))
 		}
-	} else {
-		select {
-		case <-ctx.Done():
-		case err := <-done:
-			return errors.Join(err, errors.New("the reconcile loop ended"))
+	}
+	// A renewal under way when the stop came ends first (a front it started is reaped by
+	// its cut-short bring-up); the front that runs then is the one stopped or kept.
+	stopKeeping()
+	if frontEvents != nil {
+		for ev := range frontEvents {
+			if ev.Front != nil {
+				front = ev.Front
+			}
 		}
 	}
 	notify(loop.Log, sdnotify.Stopping)

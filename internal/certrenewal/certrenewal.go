@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"socialweb.computer/kcp/internal/atomicfile"
+	"socialweb.computer/kcp/internal/pki"
 )
 
 // DefaultShare renews a certificate once less than a third of its validity is left: a
@@ -32,6 +35,8 @@ type Policy struct {
 	// Share: a leaf is renewed once less than this share of its validity is left; 0 is
 	// DefaultShare. It must be above 0 and below 1.
 	Share float64
+	// RenewAll makes every leaf due whatever its window: a renewal was requested.
+	RenewAll bool
 }
 
 // DefaultValidity is a leaf's validity when the policy sets none: a year.
@@ -57,19 +62,66 @@ func (p Policy) LeafValidity() time.Duration {
 }
 
 // Due says whether a leaf valid from notBefore to notAfter is to be renewed at now: once
-// less than the policy's share of its validity is left, or when it has expired or is not
-// valid yet (a clock set back). A window that is empty or inverted is due: such a
-// certificate verifies nowhere.
+// less than the policy's share of its validity is left (RenewAt), or when it has expired or
+// is not valid yet (a clock set back). A window that is empty or inverted is due: such a
+// certificate verifies nowhere. With RenewAll every leaf is due.
 func (p Policy) Due(notBefore, notAfter, now time.Time) bool {
-	share := p.Share
-	if share <= 0 {
-		share = DefaultShare
-	}
-	validity := notAfter.Sub(notBefore)
-	if validity <= 0 || now.Before(notBefore) || !now.Before(notAfter) {
+	if p.RenewAll || !notAfter.After(notBefore) || now.Before(notBefore) || !now.Before(notAfter) {
 		return true
 	}
-	return notAfter.Sub(now) < time.Duration(float64(validity)*share)
+	return !now.Before(p.RenewAt(notBefore, notAfter))
+}
+
+// RenewAt is the moment a leaf valid from notBefore to notAfter becomes due: from then on
+// less than the policy's share of its validity is left. Its validity is counted from its
+// minting, pki.Backdate after its NotBefore (every leaf here is minted by pki): with
+// certificates of 40 s, counting the minute of backdating would make a leaf due at once.
+// A window no longer than the backdating is counted whole. An empty or inverted window is
+// due at once (the zero time).
+func (p Policy) RenewAt(notBefore, notAfter time.Time) time.Time {
+	if !notAfter.After(notBefore) {
+		return time.Time{}
+	}
+	minted := notBefore.Add(pki.Backdate)
+	if !minted.Before(notAfter) {
+		minted = notBefore
+	}
+	return notAfter.Add(-time.Duration(float64(notAfter.Sub(minted)) * p.share()))
+}
+
+// NextRenewal is the soonest moment one of the leaves in certs becomes due; false when
+// certs holds no leaf. The leaves of a cluster are renewed together, at this moment: they
+// were minted together, and one renewal restarts the components once, not once a leaf.
+func (p Policy) NextRenewal(certs []Cert) (time.Time, bool) {
+	var next time.Time
+	found := false
+	for _, c := range certs {
+		if c.CA {
+			continue
+		}
+		if at := p.RenewAt(c.NotBefore, c.NotAfter); !found || at.Before(next) {
+			next, found = at, true
+		}
+	}
+	return next, found
+}
+
+// CheckEvery is how often a running cluster's certificates (and a request to renew them)
+// are looked at: a tenth of the renewal window (the share of the validity left when a leaf
+// is due), between a second and 10 s. A year's certificate is looked at every 10 s, so an
+// operator's request is taken within 10 s; one of 30 s every second, so a renewal begins
+// within 1 s of its moment, 9 s before its expiry. A look is a stat and a digest of a
+// dozen small files.
+func (p Policy) CheckEvery() time.Duration {
+	every := time.Duration(float64(p.LeafValidity()) * p.share() / 10)
+	return min(max(every, time.Second), 10*time.Second)
+}
+
+func (p Policy) share() float64 {
+	if p.Share <= 0 {
+		return DefaultShare
+	}
+	return p.Share
 }
 
 // DueFile says whether the first certificate in certPEM is due; a file that holds none
@@ -141,6 +193,20 @@ func SoonestLeaf(certs []Cert) (Cert, bool) {
 	return best, found
 }
 
+// Issued is when the oldest of the leaves in certs was minted (a leaf is valid from
+// pki.Backdate before its minting); false when there is none. Once every leaf was renewed
+// it is at or after the renewal's start.
+func Issued(certs []Cert) (time.Time, bool) {
+	var oldest time.Time
+	found := false
+	for _, c := range certs {
+		if !c.CA && (!found || c.NotBefore.Before(oldest)) {
+			oldest, found = c.NotBefore, true
+		}
+	}
+	return oldest.Add(pki.Backdate), found
+}
+
 // KubeconfigCert is the client certificate a kubeconfig embeds (its current context's);
 // nil when it has none or cannot be read.
 func KubeconfigCert(kubeconfig []byte) []byte {
@@ -162,4 +228,32 @@ func parse(certPEM []byte) (*x509.Certificate, error) {
 		return nil, errors.New("no PEM certificate")
 	}
 	return x509.ParseCertificate(b.Bytes)
+}
+
+// A renewal request is a file in a cluster's DataDir (clusterstack.Layout.RenewRequest):
+// every leaf of the cluster is minted again at the next EnsureCredentials, which removes
+// it once the new files are written. It is written by the operator (socialweb-kcp certs
+// rotate) or by the provider when a leaf falls due while the cluster runs; being a file,
+// it outlives a provider killed between the decision and the renewal, and the next run
+// finishes what the last began.
+
+// Request asks for every leaf under the DataDir whose request file is path to be renewed;
+// why says who asked, for the operator reading the file.
+func Request(path, why string) error {
+	return atomicfile.WriteFile(path, []byte(why+"\n"), 0o600)
+}
+
+// Requested says whether a renewal is asked for at path.
+func Requested(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// Done removes the request at path once its renewal is written; a request already gone is
+// no error.
+func Done(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }

@@ -22,10 +22,11 @@ func TestDueKeepsItsRules(t *testing.T) {
 			if eff == 0 {
 				eff = DefaultShare
 			}
-			nb, na := t0, t0.Add(validity)
+			// As pki mints: valid from Backdate before its minting at t0.
+			nb, na := t0.Add(-pki.Backdate), t0.Add(validity)
 			wasDue := false
-			for step := -20; step <= 220; step++ {
-				now := nb.Add(time.Duration(float64(validity) * float64(step) / 200))
+			for step := -60; step <= 220; step++ {
+				now := t0.Add(time.Duration(float64(validity) * float64(step) / 200))
 				due := p.Due(nb, na, now)
 				n++
 				left := na.Sub(now)
@@ -130,5 +131,70 @@ func TestTheInventoryListsEveryCertificateSoonestFirst(t *testing.T) {
 	write("pki/broken.crt", []byte("garbage"))
 	if _, err := Inventory(dir); err == nil || !strings.Contains(err.Error(), "broken.crt") {
 		t.Errorf("Inventory with a broken certificate = %v, want an error naming it", err)
+	}
+}
+
+// RenewAt is the very moment Due turns true, for every validity and share: a renewal
+// scheduled at RenewAt is neither early nor late.
+func TestRenewAtIsWhereDueTurns(t *testing.T) {
+	for _, validity := range []time.Duration{10 * time.Second, 30 * time.Second, time.Hour, DefaultValidity} {
+		for _, share := range []float64{0, 0.1, DefaultShare, 0.5, 0.9} {
+			p := Policy{Validity: validity, Share: share}
+			nb, na := t0.Add(-pki.Backdate), t0.Add(validity)
+			at := p.RenewAt(nb, na)
+			if want := na.Add(-time.Duration(float64(validity) * p.share())); !at.Equal(want) {
+				t.Errorf("validity %s share %g: renew at %s after minting, want %s", validity, share, at.Sub(t0), want.Sub(t0))
+			}
+			if p.Due(nb, na, at.Add(-time.Millisecond)) {
+				t.Errorf("validity %s share %g: due 1ms before RenewAt", validity, share)
+			}
+			if !p.Due(nb, na, at.Add(time.Millisecond)) {
+				t.Errorf("validity %s share %g: not due 1ms after RenewAt", validity, share)
+			}
+			if every := p.CheckEvery(); every < time.Second || every > 10*time.Second || (validity >= time.Hour && na.Sub(at) < 10*every) {
+				t.Errorf("validity %s share %g: checked every %s, for a window of %s", validity, share, every, na.Sub(at))
+			}
+		}
+	}
+	if at := (Policy{}).RenewAt(t0, t0); !at.IsZero() {
+		t.Errorf("an empty window renews at %s, want at once (zero)", at)
+	}
+}
+
+// The soonest leaf decides; CAs are never due; no leaf, no renewal.
+func TestNextRenewalIsTheSoonestLeafs(t *testing.T) {
+	p := Policy{Share: 0.5}
+	certs := []Cert{
+		{Subject: "ca", CA: true, NotBefore: t0, NotAfter: t0.Add(time.Minute)},
+		{Subject: "late", NotBefore: t0.Add(-pki.Backdate), NotAfter: t0.Add(time.Hour)},
+		{Subject: "soon", NotBefore: t0.Add(-pki.Backdate), NotAfter: t0.Add(10 * time.Minute)},
+	}
+	if at, ok := p.NextRenewal(certs); !ok || !at.Equal(t0.Add(5*time.Minute)) {
+		t.Errorf("next renewal %s %v, want the soonest leaf's, at 5m", at.Sub(t0), ok)
+	}
+	if _, ok := p.NextRenewal(certs[:1]); ok {
+		t.Error("a CA alone gave a renewal")
+	}
+}
+
+// A request outlives its writer and is gone once done; done twice is no error.
+func TestARequestIsAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "renew-certificates")
+	if Requested(path) {
+		t.Fatal("requested before any request")
+	}
+	if err := Request(path, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 || !Requested(path) {
+		t.Fatalf("request file %v %v", fi, err)
+	}
+	for range 2 {
+		if err := Done(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if Requested(path) {
+		t.Error("still requested once done")
 	}
 }

@@ -53,6 +53,11 @@ const (
 // same CA with a fresh key, valid for the policy's validity: every start of a cluster
 // renews what is due, and a cluster that starts at least once per renewal window never
 // meets an expired certificate. CAs are never renewed here.
+//
+// While a renewal is requested (Layout.RenewRequest: by the operator, or by the loop when
+// a leaf fell due while the cluster ran) every leaf is due, and the request is removed
+// once they are all written: a run killed halfway leaves it, and the next one renews all
+// of them again.
 func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string, policy certrenewal.Policy) error {
 	now := time.Now()
 	leaf := func(x pki.Leaf) pki.Leaf {
@@ -60,6 +65,9 @@ func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string, pol
 		return x
 	}
 	l := s.Layout()
+	if certrenewal.Requested(l.RenewRequest()) {
+		policy.RenewAll = true
+	}
 	ca, err := ensureCA(l.CACert(), l.CAKey(), s.Name+"-ca")
 	if err != nil {
 		return err
@@ -138,7 +146,7 @@ func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string, pol
 	if err := ensureSecretFile(l.PostgresSuperuserPassword(), password); err != nil {
 		return err
 	}
-	return ensureSecretFile(l.KinePGPass(), func() ([]byte, error) {
+	if err := ensureSecretFile(l.KinePGPass(), func() ([]byte, error) {
 		pw, err := password()
 		if err != nil {
 			return nil, err
@@ -146,7 +154,13 @@ func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string, pol
 		// libpq passfile: host:port:database:user:password. pgx matches a unix-socket
 		// connection as host "localhost"; "*" matches it whatever the client calls it.
 		return fmt.Appendf(nil, "*:5432:*:%s:%s\n", clusterstack.KineRole, pw), nil
-	})
+	}); err != nil {
+		return err
+	}
+	if policy.RenewAll {
+		return certrenewal.Done(l.RenewRequest())
+	}
+	return nil
 }
 
 // ensureKubeconfig (re)writes path when it is missing or names another server (the port

@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/backup"
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
@@ -156,10 +158,15 @@ type runState struct {
 	failedStep  string
 	reason      string
 	everReady   bool
-	minted      bool     // created asleep: its identity minted and kubeconfig delivered by this run
-	progress    []string // the bring-up's steps so far, for status: "postgres ready", "kine starting"
-	adopting    bool     // the bring-up under way tries adoption first (Observed.Adopting)
-	stopping    bool     // an OpStop is stopping its cluster: no stale restart may begin
+	minted      bool       // created asleep: its identity minted and kubeconfig delivered by this run
+	progress    []string   // the bring-up's steps so far, for status: "postgres ready", "kine starting"
+	adopting    bool       // the bring-up under way tries adoption first (Observed.Adopting)
+	stopping    bool       // an OpStop is stopping its cluster: no stale restart may begin
+	np          NodePolicy // the policy of its last bring-up: a restart brings it up again with it
+	restarting  *Cluster   // the running cluster a restart is scheduled for (stale, or to read renewed credentials)
+	// certsIssued and certsExpire are its status' certificatesIssued and certificatesExpire
+	// as this run last read them; nil: not read by this run (the status keeps its own).
+	certsIssued, certsExpire *metav1.Time
 }
 
 // Run serves until ctx ends, then stops every cluster it runs (their data is kept).
@@ -174,6 +181,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		l.Metrics = NewMetrics()
 	}
 	l.Metrics.collectUsage(l.usage, l.objects)
+	if l.P != nil {
+		l.Metrics.collectBackups(l.lastBackups)
+	}
 	l.slots = make(chan struct{}, l.MaxBringUps)
 	if l.MaxRestartsAtOnce <= 0 {
 		l.MaxRestartsAtOnce = 1
@@ -232,6 +242,10 @@ func (l *Loop) Run(ctx context.Context) error {
 		l.OnServing()
 	}
 	var wg sync.WaitGroup
+	if l.P != nil {
+		every := l.P.CertificatePolicy().CheckEvery()
+		wg.Go(func() { l.renewCertificates(ctx, every) })
+	}
 	for range 4 {
 		wg.Go(func() {
 			for work(ctx, l.queue, l.reconcile) {
@@ -626,7 +640,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 			l.mu.Unlock()
 			return errHostFull
 		}
-		st.group, st.lastAttempt, st.progress = materialiser.GroupStarting, time.Now(), nil
+		st.group, st.lastAttempt, st.progress, st.np = materialiser.GroupStarting, time.Now(), nil, PolicyOf(cl.Spec)
 		adopt := l.Adopt && l.leaseOf(cl.Name) != 0 // nothing runs of a cluster that holds no port
 		st.adopting = adopt
 		l.signalLocked()
@@ -780,7 +794,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 		}
 	}
 	if err == nil {
-		if derr := l.deliverKubeconfig(ctx, c.Name, c.TenantKubeconfig, ns); derr != nil {
+		if derr := l.deliverKubeconfigRetrying(ctx, c.Name, c.TenantKubeconfig, ns); derr != nil {
 			if adopted, _ := c.Adopted(); adopted {
 				// It serves, and the earlier run delivered its kubeconfig: a failed
 				// delivery is retried at its next start, not paid for with an outage.
@@ -824,8 +838,9 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 			}
 		}()
 		if _, stale := c.Adopted(); len(stale) > 0 {
+			st.restarting = c
 			l.bringUps.Add(1)
-			go l.restartStale(key, name, ns, np, c)
+			go l.restart(key, name, ns, np, c, "restarting to run what this provider runs", stale)
 		}
 	}
 	l.signalLocked()
@@ -833,31 +848,38 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 	l.queue.Add(key)
 }
 
-// restartStale restarts a cluster adopted stale (its processes run another binary, argv or
-// credentials than this provider would start them with: an upgrade), at most
-// MaxRestartsAtOnce at a time: each waits for a restart slot, and a slot is freed only
-// once its cluster is Ready again or its bring-up failed. Until its turn the cluster
-// serves as it is. The turn is given up if the cluster was stopped, exited or changed
-// hands meanwhile.
-func (l *Loop) restartStale(key, name, ns string, np NodePolicy, c *Cluster) {
+// restart restarts a running cluster: one adopted stale (its processes run another binary,
+// argv or credentials than this provider would start them with: an upgrade), or one whose
+// certificates are to be renewed (renewCertificates). At most MaxRestartsAtOnce run at a
+// time: each waits for a restart slot, and a slot is freed only once its cluster is Ready
+// again or its bring-up failed. Until its turn the cluster serves as it is. The turn is
+// given up if the cluster was stopped, exited or changed hands meanwhile.
+func (l *Loop) restart(key, name, ns string, np NodePolicy, c *Cluster, msg string, why []string) {
 	defer l.bringUps.Done()
+	st := l.st(key)
+	giveUp := func() {
+		if st.restarting == c {
+			st.restarting = nil
+		}
+		l.mu.Unlock()
+	}
 	select {
 	case l.restartSlots <- struct{}{}:
 	case <-l.runCtx.Done():
+		l.mu.Lock()
+		giveUp()
 		return
 	}
 	defer func() { <-l.restartSlots }()
-	st := l.st(key)
 	l.mu.Lock()
 	if st.cluster != c || st.group != materialiser.GroupUp || st.stopping {
-		l.mu.Unlock()
+		giveUp()
 		return
 	}
-	st.group, st.cluster, st.progress, st.lastAttempt = materialiser.GroupStarting, nil, nil, time.Now()
+	st.group, st.cluster, st.progress, st.lastAttempt, st.restarting = materialiser.GroupStarting, nil, nil, time.Now(), nil
 	l.signalLocked()
 	l.mu.Unlock()
-	_, stale := c.Adopted()
-	l.Log.Info("restarting to run what this provider runs", "cluster", key, "why", stale)
+	l.Log.Info(msg, "cluster", key, "why", why)
 	l.queue.Add(key)
 	if err := c.Stop(); err != nil {
 		l.mu.Lock()
@@ -869,6 +891,60 @@ func (l *Loop) restartStale(key, name, ns string, np NodePolicy, c *Cluster) {
 	}
 	l.bringUps.Add(1)
 	l.bringUp(key, name, ns, np, false)
+}
+
+// renewCertificates looks at every Ready cluster's certificates as often as the policy
+// says (certrenewal.Policy.CheckEvery) and restarts, one at a time, each whose leaves fell
+// due, whose renewal was requested, or whose credentials changed on disk
+// (Cluster.RenewalDue). It ends with ctx.
+func (l *Loop) renewCertificates(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			l.renewDue(now)
+		}
+	}
+}
+
+func (l *Loop) renewDue(now time.Time) {
+	type running struct {
+		key string
+		c   *Cluster
+	}
+	var up []running
+	l.mu.Lock()
+	for key, st := range l.state {
+		if st.group == materialiser.GroupUp && st.cluster != nil && !st.stopping && st.restarting != st.cluster {
+			up = append(up, running{key, st.cluster})
+		}
+	}
+	l.mu.Unlock()
+	for _, r := range up {
+		why, err := r.c.RenewalDue(now)
+		if err != nil {
+			l.Log.Error("certificate renewal", "cluster", r.key, "err", err)
+			continue
+		}
+		if len(why) == 0 {
+			continue
+		}
+		ns, name, _ := cache.SplitMetaNamespaceKey(r.key)
+		st := l.st(r.key)
+		l.mu.Lock()
+		if st.cluster != r.c || st.group != materialiser.GroupUp || st.stopping || st.restarting == r.c {
+			l.mu.Unlock()
+			continue
+		}
+		st.restarting = r.c
+		np := st.np
+		l.bringUps.Add(1)
+		l.mu.Unlock()
+		go l.restart(r.key, name, ns, np, r.c, "restarting to renew its certificates", why)
+	}
 }
 
 // failed reports a failed operation on obj: at ERROR with a Warning Event on obj, unless
@@ -914,17 +990,55 @@ func (l *Loop) runningElsewhereLocked(st *runState) int {
 // bringUpDeadline parks a bring-up that has not passed every gate by then as failed.
 const bringUpDeadline = 3 * time.Minute
 
-// recordCertificates puts the cluster's soonest certificate expiry in the metrics. A
-// certificate that cannot be read is logged, not fatal: the cluster runs, and the next
-// start mints what is unreadable.
+// recordCertificates puts when the cluster's leaves were minted and when the soonest
+// expires in its status and the metrics. A certificate that cannot be read is logged, not
+// fatal: the cluster runs, and the next start mints what is unreadable.
 func (l *Loop) recordCertificates(key, dataDir string) {
-	l.metricsMu.Lock()
-	err := l.Metrics.setCertificates(key, dataDir)
-	l.metricsMu.Unlock()
+	certs, err := certrenewal.Inventory(dataDir)
 	if err != nil {
+		certs = nil
 		l.Log.Warn("certificate inventory", "cluster", key, "err", err)
 	}
+	l.metricsMu.Lock()
+	l.Metrics.setCertificates(key, certs)
+	l.metricsMu.Unlock()
+	var issued, expire *metav1.Time
+	if t, ok := certrenewal.Issued(certs); ok {
+		issued = &metav1.Time{Time: t.Truncate(time.Second)}
+	}
+	if c, ok := certrenewal.SoonestLeaf(certs); ok {
+		expire = &metav1.Time{Time: c.NotAfter.Truncate(time.Second)}
+	}
+	st := l.st(key)
+	l.mu.Lock()
+	st.certsIssued, st.certsExpire = issued, expire
+	l.mu.Unlock()
 }
+
+// deliverKubeconfigRetrying delivers the kubeconfig of a cluster just brought up, trying
+// again for up to deliverFor while the front does not answer: the front restarts too, to
+// renew its own certificates, and a cluster Ready meanwhile is not stopped for that.
+func (l *Loop) deliverKubeconfigRetrying(ctx context.Context, cluster, path, ns string) error {
+	ctx, cancel := context.WithTimeout(ctx, deliverFor)
+	defer cancel()
+	backoff := 250 * time.Millisecond
+	for {
+		err := l.deliverKubeconfig(ctx, cluster, path, ns)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// deliverFor is how long a bring-up tries to deliver its kubeconfig: longer than the front
+// takes to restart (about 13 s, most of it its apiserver's graceful stop).
+const deliverFor = time.Minute
 
 // deliverKubeconfig writes the tenant kubeconfig at path into the <cluster>-kubeconfig
 // Secret in ns.
@@ -948,14 +1062,18 @@ func (l *Loop) deliverKubeconfig(ctx context.Context, cluster, path, ns string) 
 // writeStatus writes r and, for a Ready cluster, its URL and the nodes observed this pass.
 func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runState, nodes int, r materialiser.Result, opErr error) {
 	l.mu.Lock()
-	c, lastWake, upSince := st.cluster, st.lastWake, st.upSince
+	c, lastWake, upSince, issued, expire := st.cluster, st.lastWake, st.upSince, st.certsIssued, st.certsExpire
 	var progress []string
 	if st.group == materialiser.GroupStarting {
 		progress = st.progress
 	}
 	l.mu.Unlock()
 	status := v1alpha1.ClusterStatus{Phase: string(r.Phase), Instance: l.Instance, Conditions: slices.Clone(cl.Status.Conditions),
-		LastActive: cl.Status.LastActive, LastWake: cl.Status.LastWake}
+		LastActive: cl.Status.LastActive, LastWake: cl.Status.LastWake,
+		CertificatesIssued: cl.Status.CertificatesIssued, CertificatesExpire: cl.Status.CertificatesExpire}
+	if issued != nil {
+		status.CertificatesIssued, status.CertificatesExpire = issued, expire
+	}
 	if lastWake > 0 {
 		status.LastWake = lastWake.Round(10 * time.Millisecond).String()
 	}
@@ -1072,6 +1190,23 @@ func (l *Loop) runningClusters() map[string]*Cluster {
 	for key, st := range l.state {
 		if st.cluster != nil {
 			out[key] = st.cluster
+		}
+	}
+	return out
+}
+
+// lastBackups is when each cluster this run knows was last backed up, by key; a record
+// that cannot be read is left out (the operator's backup command said why when it ran).
+func (l *Loop) lastBackups() map[string]time.Time {
+	l.mu.Lock()
+	keys := slices.Collect(maps.Keys(l.state))
+	l.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, key := range keys {
+		_, name, _ := cache.SplitMetaNamespaceKey(key)
+		r, ok, err := backup.ReadRecord(clusterstack.Layout{Root: l.P.DataDir(name)}.LastBackup())
+		if ok && err == nil {
+			out[key] = r.Time
 		}
 	}
 	return out

@@ -1,6 +1,8 @@
 package clusterprovider
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -93,18 +95,13 @@ func oneIf(b bool) float64 {
 	return 0
 }
 
-// setCertificates records when the soonest leaf certificate under dataDir expires; an
-// unreadable inventory drops the series (and is the caller's to report).
-func (m *Metrics) setCertificates(key, dataDir string) error {
-	certs, err := certrenewal.Inventory(dataDir)
-	if err != nil {
-		m.certs.DeleteLabelValues(key)
-		return err
-	}
+// setCertificates records when the soonest leaf certificate in certs expires.
+func (m *Metrics) setCertificates(key string, certs []certrenewal.Cert) {
 	if c, ok := certrenewal.SoonestLeaf(certs); ok {
 		m.certs.WithLabelValues(key).Set(float64(c.NotAfter.Unix()))
+	} else {
+		m.certs.DeleteLabelValues(key)
 	}
-	return nil
 }
 
 // usageCollector reads each running cluster's control group when /metrics is scraped, as
@@ -145,7 +142,29 @@ func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// backupCollector reads each cluster's last backup record when /metrics is scraped: the
+// CLI writes it on the provider's host, the provider only reports it.
+type backupCollector struct {
+	last func() map[string]time.Time // by cluster key; clusters never backed up are absent
+}
+
+var lastBackupDesc = prometheus.NewDesc("socialweb_cluster_last_backup_timestamp_seconds",
+	"When each cluster's last backup was taken (Unix seconds; socialweb-kcp backup). Absent: never.", []string{"cluster"}, nil)
+
+func (c backupCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lastBackupDesc }
+
+func (c backupCollector) Collect(ch chan<- prometheus.Metric) {
+	for key, t := range c.last() {
+		ch <- prometheus.MustNewConstMetric(lastBackupDesc, prometheus.GaugeValue, float64(t.Unix()), key)
+	}
+}
+
 // collectUsage reports each running cluster's control-group usage and stored objects.
 func (m *Metrics) collectUsage(usage func() map[string]cgroups.Usage, objects func() map[string]int64) {
 	m.Registry.MustRegister(usageCollector{usage, objects})
+}
+
+// collectBackups reports each cluster's last backup.
+func (m *Metrics) collectBackups(last func() map[string]time.Time) {
+	m.Registry.MustRegister(backupCollector{last})
 }

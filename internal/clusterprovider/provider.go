@@ -167,6 +167,9 @@ func New(cfg Config) (*Provider, error) {
 // Leases is the lease book (for inspection and tests).
 func (p *Provider) Leases() *portallocator.Book { return p.book }
 
+// CertificatePolicy is the validity and renewal share of the certificates it mints.
+func (p *Provider) CertificatePolicy() certrenewal.Policy { return p.cfg.Certificates }
+
 // DataDir is where the cluster named name keeps everything.
 func (p *Provider) DataDir(name string) string { return DataDirOf(p.cfg.DataRoot, name) }
 
@@ -305,6 +308,10 @@ type Cluster struct {
 	inputs  string
 	adopted bool
 	stale   []string
+	// renewAt is when the first of its leaf certificates falls due (RenewalDue), read once
+	// it was minted; renewScheduled is false when none will.
+	renewAt        time.Time
+	renewScheduled bool
 }
 
 // EnsureServingNames mints the serving certificate again, from the same CA, when the
@@ -561,6 +568,17 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 		}
 		return nil, fmt.Errorf("cluster %s: DataDir %s: %w", name, l.Root, err)
 	}
+	restore, restoring, err := p.stagedRestore(name)
+	if err != nil {
+		return nil, err
+	}
+	restoring = restoring && !s.Front && !adopt
+	if restoring && fresh {
+		if err := p.placeRestoredIdentity(s, restore); err != nil {
+			os.RemoveAll(l.Root)
+			return nil, err
+		}
+	}
 	id, url, doorNames, err := p.mint(s)
 	if err != nil {
 		return nil, err
@@ -574,8 +592,12 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 	}
 	c := &Cluster{Name: name, DataDir: l.Root, Port: port, URL: url, TenantKubeconfig: l.TenantKubeconfig(), Spec: s, p: p, admin: admin, exited: make(chan procgroup.Exit, 1), stopping: make(chan struct{}), stopDone: make(chan struct{}),
 		doorNames: doorNames, as: as, inputs: inputsDigest(l)}
+	c.renewAt, c.renewScheduled = p.nextRenewal(l.Root)
 	logsFrom := logSizes(l)
 	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as, Templates: p.templates()}
+	if restoring {
+		in.Restore = p.restoreDir(name)
+	}
 	if p.cfg.Cgroups != nil && !s.Front {
 		// The cluster's group is made, with its limits, before its first process; its
 		// processes are in leaves below it (control-plane/, nodes/), as v2 wants. (An
@@ -628,6 +650,12 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 			return nil, errors.Join(fmt.Errorf("cluster %s: %w", name, err), c.removeCgroup())
 		}
 		c.group = g
+		if restoring {
+			// Ready on the restored data: the staging has served.
+			if err := os.RemoveAll(p.restoreDir(name)); err != nil && p.cfg.Logger != nil {
+				p.cfg.Logger.Warn("the restore's staging was not removed", "cluster", name, "err", err)
+			}
+		}
 	}
 	c.watch(c.group)
 	go c.keepLogs(logsFrom)
@@ -906,6 +934,10 @@ func (c *Cluster) Destroy() error {
 func (p *Provider) RemoveDataDir(name string) error {
 	dir := p.DataDir(name)
 	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	// A restore staged for it and never brought up goes with it.
+	if err := os.RemoveAll(p.restoreDir(name)); err != nil {
 		return err
 	}
 	if p.cfg.TenantUsers {

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/clusterstack"
@@ -259,14 +258,13 @@ func TestCredentialsAreMintedOnceAnd0600(t *testing.T) {
 }
 
 // A start renews every leaf that is due, by the same CA and with a fresh key, and keeps
-// what is not: with a policy that says everything is due (a validity of 10 s of which 90%
-// must be left), a second EnsureCredentials renews every leaf and kubeconfig, the CAs
-// stay; under the default policy nothing changes.
+// what is not: with a renewal requested (every leaf due), EnsureCredentials renews every
+// leaf and kubeconfig, the CAs stay, and the request is gone; without one, under the
+// default policy, nothing changes.
 func TestCredentialsDueAreRenewedAndTheCAsStay(t *testing.T) {
 	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), APIServerPort: 30001}
 	os.MkdirAll(s.Layout().PKIDir(), 0o700)
-	short := certrenewal.Policy{Validity: 10 * time.Second, Share: 0.9}
-	if err := EnsureCredentials(s, nil, "", short); err != nil {
+	if err := EnsureCredentials(s, nil, "", certrenewal.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	// Each certificate as it is now (a renewed one has a fresh key, so other bytes).
@@ -289,8 +287,14 @@ func TestCredentialsDueAreRenewedAndTheCAsStay(t *testing.T) {
 	if len(before) < 10 {
 		t.Fatalf("inventory too small: %v", before)
 	}
-	if err := EnsureCredentials(s, nil, "", short); err != nil {
+	if err := certrenewal.Request(s.Layout().RenewRequest(), "the test"); err != nil {
 		t.Fatal(err)
+	}
+	if err := EnsureCredentials(s, nil, "", certrenewal.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	if certrenewal.Requested(s.Layout().RenewRequest()) {
+		t.Error("the renewal request is still there once renewed")
 	}
 	after := read()
 	for name, was := range before {

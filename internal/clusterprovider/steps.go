@@ -44,6 +44,9 @@ type StepInput struct {
 	// Templates is where Postgres data directory templates are kept ("": initdb for
 	// each cluster).
 	Templates string
+	// Restore is the directory of a restore staged for the cluster: its datastore's dump is
+	// loaded into a fresh kine database before kine starts ("": none).
+	Restore string
 }
 
 // StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
@@ -74,6 +77,10 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		return nil, err
 	}
 	guard := func(ctx context.Context) error { return guardIdentity(ctx, s, in.Identity) }
+	if in.Restore != "" && !s.Front {
+		// Loaded before the guard writes this cluster's identity beside it.
+		guard = all(func(ctx context.Context) error { return loadRestoredDatastore(ctx, s, in.Restore) }, guard)
+	}
 	if s.Front {
 		guard = func(context.Context) error { return guardFileIdentity(s, in.Identity) }
 	} else {

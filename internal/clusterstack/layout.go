@@ -35,6 +35,14 @@ func (l Layout) PostgresStaging() string   { return l.path("postgres-data.new") 
 func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
 
 // Files.
+// RenewRequest, when it exists, asks for every leaf certificate of the cluster to be
+// minted again (certrenewal.Request): written by the operator or by the provider when a
+// leaf falls due while the cluster runs, removed once the renewal is written.
+func (l Layout) RenewRequest() string { return l.path("renew-certificates") }
+
+// LastBackup records the cluster's last backup (backup.Record): when, where, how big.
+func (l Layout) LastBackup() string { return l.path("last-backup.json") }
+
 func (l Layout) Identity() string   { return l.path("identity.json") }
 func (l Layout) KineSocket() string { return l.path("sock", "kine.sock") }
 

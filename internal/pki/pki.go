@@ -38,6 +38,10 @@ type CA struct {
 	KeyPEM  []byte
 }
 
+// Backdate is how long before its minting a certificate is valid from: a peer whose clock
+// is a little behind still accepts it.
+const Backdate = time.Minute
+
 // NewCA mints a self-signed CA.
 func NewCA(commonName string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -48,7 +52,7 @@ func NewCA(commonName string) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             now.Add(-time.Minute),
+		NotBefore:             now.Add(-Backdate),
 		NotAfter:              now.Add(CAValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		BasicConstraintsValid: true,
@@ -118,7 +122,7 @@ func (ca *CA) Issue(leaf Leaf) (certPEM, keyPEM []byte, err error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:   serial(),
 		Subject:        pkix.Name{CommonName: leaf.CommonName, Organization: leaf.Organization},
-		NotBefore:      now.Add(-time.Minute),
+		NotBefore:      now.Add(-Backdate),
 		NotAfter:       now.Add(validity),
 		KeyUsage:       x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:    []x509.ExtKeyUsage{usage},

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/atomicfile"
+	"socialweb.computer/kcp/internal/backup"
+	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/clusterstack"
+)
+
+// backupCmd writes a backup of a running cluster: its datastore, dumped in one snapshot
+// while it serves, and its identity files, in one archive encrypted with the operator's
+// key (internal/backup). It runs on the provider's host, as root: it reads the DataDir and
+// dials the cluster's Postgres over its socket.
+func backupCmd(g *globals) *cobra.Command {
+	var dataRoot, file, keyFile, pgBin string
+	cmd := &cobra.Command{
+		Use:   "backup NAME -f FILE",
+		Short: "Back up cluster NAME while it runs: its objects and identity, encrypted (run on the provider's host)",
+		Example: `  head -c 32 /dev/urandom | base64 > backup.key && chmod 600 backup.key
+  socialweb-kcp backup demo -f demo.backup --key-file backup.key
+  SOCIALWEB_BACKUP_KEY=... socialweb-kcp backup demo -f demo.backup`,
+		Args: args(1, 1, "NAME"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, name, out := cmd.Context(), a[0], cmd.OutOrStdout()
+			if file == "" {
+				return usageError{errors.New("-f FILE: where to write the backup")}
+			}
+			if _, err := os.Lstat(file); err == nil {
+				return fmt.Errorf("-f %s: the file exists; choose another name, or remove it first", file)
+			}
+			key, err := backup.LoadKey(keyFile)
+			if err != nil {
+				return err
+			}
+			dataDir, err := hostDataDir(ctx, g, name, dataRoot)
+			if err != nil {
+				return err
+			}
+			f, err := g.front()
+			if err != nil {
+				return err
+			}
+			cl, err := f.cluster(ctx, name)
+			if err != nil {
+				return err
+			}
+			l := clusterstack.Layout{Root: dataDir}
+			if _, err := os.Stat(l.PostgresSocket()); err != nil {
+				return fmt.Errorf("cluster %s's datastore does not run (it is asleep, parked or stopped): a backup is taken of a running cluster; start it (socialweb-kcp up %s), then back it up", name, name)
+			}
+			t0 := time.Now()
+			sql, keys, err := clusterprovider.DatastoreOf(dataRoot, name, pgBin).Dump(ctx)
+			if err != nil {
+				return fmt.Errorf("cluster %s: %w", name, err)
+			}
+			files := map[string][]byte{backup.DatastoreFile: sql}
+			for n, path := range backup.IdentityFiles(l) {
+				if files[n], err = os.ReadFile(path); err != nil {
+					return fmt.Errorf("cluster %s's identity: %w", name, err)
+				}
+			}
+			var id clusterprovider.Identity
+			if err := json.Unmarshal(files[backup.IdentityFile], &id); err != nil {
+				return fmt.Errorf("cluster %s's identity %s: %w", name, l.Identity(), err)
+			}
+			spec, err := json.Marshal(cl.Spec)
+			if err != nil {
+				return err
+			}
+			m := backup.Manifest{Cluster: name, Namespace: f.ns, Account: cl.Spec.Account, UID: id.UID, Created: t0.UTC(),
+				Spec: spec, Versions: hostVersions(f, l), Keys: keys}
+			var archive bytes.Buffer
+			if err := backup.Write(&archive, key, backup.Contents{Manifest: m, Files: files}); err != nil {
+				return err
+			}
+			if err := atomicfile.WriteFile(file, archive.Bytes(), 0o600); err != nil {
+				return fmt.Errorf("-f %s: %w", file, err)
+			}
+			abs, _ := filepath.Abs(file)
+			if err := backup.WriteRecord(l.LastBackup(), backup.Record{Time: t0.UTC(), File: abs, Bytes: int64(archive.Len()), Objects: len(keys)}); err != nil {
+				return fmt.Errorf("the backup is written to %s, but not recorded for the metrics: %w", file, err)
+			}
+			fmt.Fprintf(out, "cluster %s backed up to %s: %d objects, %s, in %.2fs\n", name, file, len(keys), size(archive.Len()), time.Since(t0).Seconds())
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "write the backup to FILE (0600; an existing file is never overwritten)")
+	addKeyFlag(cmd, &keyFile)
+	addDataRootFlag(cmd, &dataRoot)
+	cmd.Flags().StringVar(&pgBin, "postgres-bin", clusterstack.DefaultPostgresBin, "the directory of PostgreSQL's pg_dump and psql")
+	return cmd
+}
+
+// restoreCmd declares cluster NAME from a backup: the archive is opened and checked whole
+// (key, authentication, manifest, checksums, versions) and the name found free before
+// anything is written; then the restore is staged for the provider
+// (clusterprovider.RestoreDirOf) and the Cluster declared with the backup's spec. The
+// provider's first bring-up of it loads the data; this command waits for it to be Ready
+// and checks that every object the backup holds is there.
+func restoreCmd(g *globals) *cobra.Command {
+	var (
+		dataRoot, file, keyFile, pgBin string
+		w                              waitFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "restore NAME -f FILE",
+		Short: "Declare cluster NAME from a backup: under a new name, or a lost cluster's own (run on the provider's host)",
+		Example: `  socialweb-kcp restore demo2 -f demo.backup --key-file backup.key   # another cluster, demo's objects
+  socialweb-kcp restore demo -f demo.backup --key-file backup.key    # demo itself, after its data was lost`,
+		Args: args(1, 1, "NAME"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, name, out := cmd.Context(), a[0], cmd.OutOrStdout()
+			if file == "" {
+				return usageError{errors.New("-f FILE: the backup to restore")}
+			}
+			if err := clusterprovider.ValidateName(name); err != nil {
+				return usageError{err}
+			}
+			key, err := backup.LoadKey(keyFile)
+			if err != nil {
+				return err
+			}
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				return fmt.Errorf("-f: %w", err)
+			}
+			c, err := backup.Open(raw, key)
+			if err != nil {
+				return fmt.Errorf("-f %s: %w", file, err)
+			}
+			var spec v1alpha1.ClusterSpec
+			if err := json.Unmarshal(c.Manifest.Spec, &spec); err != nil || spec.Account == "" {
+				return fmt.Errorf("-f %s: the backup's cluster spec: %v", file, err)
+			}
+			f, err := g.front()
+			if err != nil {
+				return err
+			}
+			if err := backup.CheckVersions(c.Manifest.Versions, hostVersions(f, clusterstack.Layout{})); err != nil {
+				return err
+			}
+			// A name no Cluster has, or a parked Cluster whose data is lost (its DataDir gone):
+			// it is set running again, and its first bring-up loads the backup.
+			lost := false
+			switch existing, err := f.cluster(ctx, name); {
+			case err == nil && existing.DeletionTimestamp != nil:
+				return fmt.Errorf("cluster %s is being deleted; wait for that to end, then restore", name)
+			case err == nil && (existing.Spec.Running == nil || *existing.Spec.Running):
+				return fmt.Errorf("cluster %s exists in namespace %s and runs: restore into another name; or, if its data is lost, park it first (socialweb-kcp park %s), then restore", name, f.ns, name)
+			case err == nil:
+				lost = true
+			case !apierrors.IsNotFound(err):
+				return err
+			}
+			if _, err := os.Lstat(clusterprovider.DataDirOf(dataRoot, name)); err == nil {
+				if lost {
+					return fmt.Errorf("cluster %s is parked with its data (%s): a restore replaces only data that is lost; remove the cluster (socialweb-kcp down %s), or restore into another name", name, clusterprovider.DataDirOf(dataRoot, name), name)
+				}
+				return fmt.Errorf("--data-root %s holds a DataDir of cluster %s: it is still being removed, or another front's; wait, or remove it", dataRoot, name)
+			}
+			staged := clusterprovider.RestoreDirOf(dataRoot, name)
+			if _, err := os.Lstat(staged); err == nil {
+				return fmt.Errorf("a restore of %s is staged already (%s): wait for it to be brought up, or remove that directory if its Cluster is gone", name, staged)
+			}
+			if err := stage(staged, c); err != nil {
+				return err
+			}
+			if lost {
+				err = f.setRunning(ctx, name, true)
+			} else {
+				cl := &v1alpha1.Cluster{TypeMeta: typeMeta("Cluster"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: spec}
+				cl.Spec.Running, cl.Spec.CreateAsleep = nil, false // a restore runs: its data is loaded at its first bring-up
+				err = f.create(ctx, cl)
+			}
+			if err != nil {
+				return errors.Join(err, os.RemoveAll(staged))
+			}
+			identity := "its own identity (a new CA, service-account keys and uid; the encryption key of " + c.Manifest.Cluster + ")"
+			if c.Manifest.Cluster == name {
+				identity = "the identity of the cluster backed up: its CA, service-account keys, encryption key and uid"
+			}
+			fmt.Fprintf(out, "cluster %s declared from the backup of %s taken %s (%d objects), with %s\n", name, c.Manifest.Cluster,
+				c.Manifest.Created.Format(time.RFC3339), len(c.Manifest.Keys), identity)
+			if !w.wait {
+				return nil
+			}
+			var ready v1alpha1.Cluster
+			if err := watchCluster(ctx, f, out, w.timeout, name, "Ready", false, func(c v1alpha1.Cluster) (bool, error) { ready = c; return upVerdict(c) }); err != nil {
+				return err
+			}
+			have, err := clusterprovider.DatastoreOf(dataRoot, name, pgBin).Keys(ctx)
+			if err != nil {
+				return fmt.Errorf("cluster %s is Ready, but its objects could not be counted: %w", name, err)
+			}
+			if missing := backup.Missing(c.Manifest.Keys, have); len(missing) > 0 {
+				return fmt.Errorf("cluster %s is Ready, but %d objects of the backup are not there, such as %s", name, len(missing), strings.Join(missing[:min(3, len(missing))], ", "))
+			}
+			fmt.Fprintf(out, "cluster %s is Ready at %s with every object of the backup\n  socialweb-kcp kubeconfig %s > %s.kubeconfig\n", name, ready.Status.URL, name, name)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the backup to restore (written by socialweb-kcp backup)")
+	addKeyFlag(cmd, &keyFile)
+	addDataRootFlag(cmd, &dataRoot)
+	cmd.Flags().StringVar(&pgBin, "postgres-bin", clusterstack.DefaultPostgresBin, "the directory of PostgreSQL's psql")
+	addWaitFlags(cmd, &w, "the cluster is Ready with the backup's objects")
+	return cmd
+}
+
+func addKeyFlag(cmd *cobra.Command, dst *string) {
+	cmd.Flags().StringVar(dst, "key-file", "", "the backup key: a file only its owner reads (else env "+backup.KeyEnv+"; never a flag's value)")
+}
+
+// stage writes an opened backup where the provider's bring-up finds it: a directory of
+// root's, 0700, made whole under a temporary name and renamed into place, so the provider
+// sees all of it or nothing.
+func stage(dir string, c backup.Contents) error {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(parent, filepath.Base(dir)+".new-")
+	if err != nil {
+		return err
+	}
+	write := func() error {
+		mb, err := json.Marshal(c.Manifest)
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.WriteFile(filepath.Join(tmp, "manifest.json"), mb, 0o600); err != nil {
+			return err
+		}
+		for n, b := range c.Files {
+			path := filepath.Join(tmp, n)
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				return err
+			}
+			if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
+				return err
+			}
+		}
+		return os.Rename(tmp, dir)
+	}
+	if err := write(); err != nil {
+		return errors.Join(fmt.Errorf("stage the restore in %s: %w", dir, err), os.RemoveAll(tmp))
+	}
+	return nil
+}
+
+// hostVersions is what this host runs: the front's Kubernetes (the provider runs every
+// apiserver from the same binaries) and, from l's DataDir, the datastore's PostgreSQL.
+func hostVersions(f *front, l clusterstack.Layout) map[string]string {
+	v := map[string]string{}
+	if info, err := f.core.Discovery().ServerVersion(); err == nil {
+		v["kubernetes"] = info.GitVersion
+	}
+	if l.Root != "" {
+		if b, err := os.ReadFile(filepath.Join(l.PostgresData(), "PG_VERSION")); err == nil {
+			v["postgres"] = strings.TrimSpace(string(b))
+		}
+	}
+	return v
+}
+
+// size is n bytes for a person: "3.2 MiB".
+func size(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
