@@ -83,7 +83,7 @@ func TestAProviderRestartCostsTenantsNothing(t *testing.T) {
 		t0 := time.Now()
 		r, kubectl, metricsURL = startServeWith(parent, exe, bin, root, ports, "--on-exit", "keep")
 		eventually(t, time.Minute, "3 clusters adopted", func() (bool, string) {
-			n := metricValue(t, metricsURL, `socialweb_clusters_adopted_total{state="current"}`)
+			n := livetest.MetricValue(t, metricsURL, `socialweb_clusters_adopted_total{state="current"}`)
 			return n == 3, fmt.Sprint(n)
 		})
 		t.Logf("the provider back, its 3 clusters adopted, %.2fs after its start", time.Since(t0).Seconds())
@@ -141,7 +141,7 @@ func TestAProviderRestartCostsTenantsNothing(t *testing.T) {
 		polls.waitRounds(t, 3)
 		r, kubectl, metricsURL = startServeWith(parent, exe, bin, root, ports, "--on-exit", "keep")
 		eventually(t, time.Minute, "3 clusters adopted stale", func() (bool, string) {
-			n := metricValue(t, metricsURL, `socialweb_clusters_adopted_total{state="stale"}`)
+			n := livetest.MetricValue(t, metricsURL, `socialweb_clusters_adopted_total{state="stale"}`)
 			return n == 3, fmt.Sprint(n)
 		})
 		kine := filepath.Join(bin, "kine")

@@ -52,7 +52,7 @@ spec: {account: acme, sleepAfter: 1h, createAsleep: true}
 	}
 	// Its certificates were minted for --cert-validity, and the metric says when the
 	// soonest expires.
-	expiry := time.Unix(int64(metricValue(t, metricsURL, `socialweb_cluster_certificate_expiry_timestamp_seconds{cluster="default/z"}`)), 0)
+	expiry := time.Unix(int64(livetest.MetricValue(t, metricsURL, `socialweb_cluster_certificate_expiry_timestamp_seconds{cluster="default/z"}`)), 0)
 	if d := time.Until(expiry); d < 719*time.Hour || d > 721*time.Hour {
 		t.Errorf("soonest certificate expires in %s (at %s), want 720h (--cert-validity)", d.Round(time.Minute), expiry)
 	}
@@ -83,7 +83,7 @@ spec: {account: acme, sleepAfter: 1h, createAsleep: true}
 	if _, err := os.Stat(filepath.Join(dataDir, "postgres", "data")); err != nil {
 		t.Errorf("woken, its datastore: %v", err)
 	}
-	if n := metricValue(t, metricsURL, "socialweb_cluster_wake_seconds_count"); n != 1 {
+	if n := livetest.MetricValue(t, metricsURL, "socialweb_cluster_wake_seconds_count"); n != 1 {
 		t.Errorf("wakes = %v, want 1", n)
 	}
 

@@ -125,7 +125,7 @@ spec: {cluster: two, nodeID: n2, guest: real}
 		// planes and kwok is the one from before the crash. The real guest's init is not
 		// adopted: it is reaped and the guest booted again from its directory.
 		eventually(t, 2*time.Minute, "both clusters adopted", func() (bool, string) {
-			n := metricValue(t, metricsURL, `socialweb_clusters_adopted_total{state="current"}`)
+			n := livetest.MetricValue(t, metricsURL, `socialweb_clusters_adopted_total{state="current"}`)
 			return n == 2, fmt.Sprint(n)
 		})
 		waitPhase("one", "Ready")

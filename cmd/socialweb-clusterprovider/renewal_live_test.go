@@ -89,7 +89,7 @@ func TestCertificatesRenewWhileTheClusterServes(t *testing.T) {
 		certs = append(certs, cert)
 	}
 	t.Logf("the cluster's certificates, minted and renewed: %v", seen)
-	if n := metricValue(t, metricsURL, `socialweb_cluster_certificate_expiry_timestamp_seconds{cluster="default/renew"}`); time.Until(time.Unix(int64(n), 0)) <= 0 {
+	if n := livetest.MetricValue(t, metricsURL, `socialweb_cluster_certificate_expiry_timestamp_seconds{cluster="default/renew"}`); time.Until(time.Unix(int64(n), 0)) <= 0 {
 		t.Errorf("the soonest expiry in the metrics is past: %v", time.Unix(int64(n), 0))
 	}
 

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -117,7 +115,7 @@ spec: {account: acme, sleepAfter: 5s}
 			t.Errorf("asleep: its data: %v", err)
 		}
 	}
-	wakes := func() int { return int(metricValue(t, metricsURL, "socialweb_cluster_wake_seconds_count")) }
+	wakes := func() int { return int(livetest.MetricValue(t, metricsURL, "socialweb_cluster_wake_seconds_count")) }
 
 	t.Log("it sleeps, and kubectl wakes it")
 	{
@@ -233,22 +231,4 @@ func leaseOf(t *testing.T, root, cluster string) *portallocator.Lease {
 		}
 	}
 	return nil
-}
-
-// metricValue reads one series' value from a /metrics page; 0 when it is not there.
-func metricValue(t *testing.T, url, series string) float64 {
-	t.Helper()
-	res, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
-	if m == nil {
-		return 0
-	}
-	var v float64
-	fmt.Sscan(string(m[1]), &v)
-	return v
 }

@@ -193,7 +193,11 @@ func restoreCmd(g *globals) *cobra.Command {
 			if c.Manifest.Cluster == name {
 				identity = "the identity of the cluster backed up: its CA, service-account keys, encryption key and uid"
 			}
-			fmt.Fprintf(out, "cluster %s declared from the backup of %s taken %s (%d objects), with %s\n", name, c.Manifest.Cluster,
+			how := "declared"
+			if lost {
+				how = "(parked, its data lost) set running"
+			}
+			fmt.Fprintf(out, "cluster %s %s from the backup of %s taken %s (%d objects), with %s\n", name, how, c.Manifest.Cluster,
 				c.Manifest.Created.Format(time.RFC3339), len(c.Manifest.Keys), identity)
 			if !w.wait {
 				return nil

@@ -72,8 +72,10 @@ func minor(v string) (int, bool) {
 
 // Ephemeral are the keys a restored cluster may rightly lose at once, not counted missing:
 // Events and Leases expire by their kine lease (their time-to-live counted from when they
-// were written), and the apiserver's own leases are replaced by the new apiserver's.
-var Ephemeral = []string{"/registry/events/", "/registry/leases/", "/registry/masterleases/"}
+// were written), the apiserver's own leases are replaced by the new apiserver's, and the
+// ClusterTrustBundles that publish the cluster's CA are made again from the CA it has
+// (under a new name, a new one).
+var Ephemeral = []string{"/registry/events/", "/registry/leases/", "/registry/masterleases/", "/registry/clustertrustbundles/"}
 
 // Missing is the keys of want, a backup's, that have (a restored datastore's, both sorted)
 // lacks, Ephemeral ones left out.

@@ -2,9 +2,13 @@ package livetest
 
 import (
 	"bufio"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,4 +95,22 @@ func Serve(t testing.TB, exe, bin, root, ports string, extra ...string) (p *Proc
 	metricsURL = strings.TrimPrefix(p.WaitLine(t, "metrics: "), "metrics: ")
 	p.WaitLine(t, "serving Clusters")
 	return p, filepath.Join(root, "operator.kubeconfig"), metricsURL
+}
+
+// MetricValue reads one series' value from a /metrics page; 0 when it is not there.
+func MetricValue(t testing.TB, url, series string) float64 {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	var v float64
+	fmt.Sscan(string(m[1]), &v)
+	return v
 }
