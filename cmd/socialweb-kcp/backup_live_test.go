@@ -30,7 +30,7 @@ import (
 
 var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 
-// A backup of a running cluster holding 500 ConfigMaps, 500 Secrets and a CRD with 20
+// A backup of a running cluster holding 1,000 ConfigMaps, 1,000 Secrets and a CRD with 20
 // objects, taken while a writer keeps writing; then:
 //   - a restore under a new name: every object the manifest lists is there, every Secret
 //     reads back (it decrypts), and every write acknowledged before the backup began;
@@ -82,13 +82,13 @@ func TestBackupAndRestore(t *testing.T) {
 	cfg := restConfig(t, filepath.Join(work, "demo.kubeconfig"))
 	demo := kubernetes.NewForConfigOrDie(cfg)
 
-	// The objects: 500 ConfigMaps, 500 Secrets, a CRD and 20 of its objects.
-	err := parallel.Each(8, seq(500), func(i int) error {
-		name := fmt.Sprintf("cm-%03d", i)
+	// The objects: 1,000 ConfigMaps, 1,000 Secrets, a CRD and 20 of its objects.
+	err := parallel.Each(8, seq(1000), func(i int) error {
+		name := fmt.Sprintf("cm-%04d", i)
 		if _, err := demo.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": name}}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		_, err := demo.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s-%03d", i)}, Data: map[string][]byte{"v": []byte("secret " + name)}}, metav1.CreateOptions{})
+		_, err := demo.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s-%04d", i)}, Data: map[string][]byte{"v": []byte("secret " + name)}}, metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
@@ -217,7 +217,7 @@ func TestBackupAndRestore(t *testing.T) {
 	})
 }
 
-// checkRestored checks a restored cluster: its 500 ConfigMaps, its 500 Secrets with their
+// checkRestored checks a restored cluster: its 1,000 ConfigMaps, its 1,000 Secrets with their
 // values (they decrypt), the 20 widgets, and the writes acknowledged before the backup.
 func checkRestored(t *testing.T, c kubernetes.Interface, cfg *rest.Config, acknowledged []string) {
 	t.Helper()
@@ -230,8 +230,8 @@ func checkRestored(t *testing.T, c kubernetes.Interface, cfg *rest.Config, ackno
 	for _, cm := range cms.Items {
 		have[cm.Name] = true
 	}
-	for i := range 500 {
-		if n := fmt.Sprintf("cm-%03d", i); !have[n] {
+	for i := range 1000 {
+		if n := fmt.Sprintf("cm-%04d", i); !have[n] {
 			t.Errorf("ConfigMap %s is missing", n)
 		}
 	}
@@ -248,8 +248,8 @@ func checkRestored(t *testing.T, c kubernetes.Interface, cfg *rest.Config, ackno
 	for _, s := range secrets.Items {
 		values[s.Name] = string(s.Data["v"])
 	}
-	for i := range 500 {
-		if n, want := fmt.Sprintf("s-%03d", i), fmt.Sprintf("secret cm-%03d", i); values[n] != want {
+	for i := range 1000 {
+		if n, want := fmt.Sprintf("s-%04d", i), fmt.Sprintf("secret cm-%04d", i); values[n] != want {
 			t.Errorf("Secret %s: %q, want %q", n, values[n], want)
 		}
 	}

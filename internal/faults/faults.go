@@ -39,6 +39,13 @@ const (
 	// included: every acknowledged write must be there after the restart (invariant 27).
 	PowerCut Kind = "power-cut"
 
+	// RenewCertificates asks for a renewal of every certificate of one cluster (what
+	// socialweb-kcp certs rotate does): the provider restarts it with renewed ones.
+	RenewCertificates Kind = "renew-certificates"
+	// KillServeDuringRenewal asks for a renewal, then kill -9 of serve while it may be
+	// under way; the next serve must finish it.
+	KillServeDuringRenewal Kind = "kill-serve-during-renewal"
+
 	ParkUnpark        Kind = "park-unpark"
 	DeleteRecreate    Kind = "delete-recreate"
 	DeleteDuringBring Kind = "delete-during-bring-up"
@@ -49,13 +56,13 @@ var Kinds = []Kind{
 	KillPostgres, KillKine, KillAPIServer, KillControllerManager, KillScheduler, KillCCM, KillKwok,
 	StalePostgres, PortTaken,
 	KillServe, KillServeDuringBringUp, KillServeDuringTeardown, InterruptDuringBringUp, TerminateDuringBringUp, PowerCut,
-	ParkUnpark, DeleteRecreate, DeleteDuringBring,
+	ParkUnpark, DeleteRecreate, DeleteDuringBring, RenewCertificates, KillServeDuringRenewal,
 }
 
 // RestartsServe reports whether the fault ends serve, so the test starts it again.
 func (k Kind) RestartsServe() bool {
 	switch k {
-	case KillServe, KillServeDuringBringUp, KillServeDuringTeardown, InterruptDuringBringUp, TerminateDuringBringUp, PowerCut:
+	case KillServe, KillServeDuringBringUp, KillServeDuringTeardown, InterruptDuringBringUp, TerminateDuringBringUp, PowerCut, KillServeDuringRenewal:
 		return true
 	}
 	return false

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"socialweb.computer/kcp/internal/certrenewal"
+	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/processrunner"
 )
@@ -68,6 +70,11 @@ func TestFaults(t *testing.T) {
 		t0 := time.Now()
 		gone := h.inject(f)
 		d := h.converge(fmt.Sprintf("fault %d (%s)", n+1, f), gone)
+		if f.Kind == RenewCertificates || f.Kind == KillServeDuringRenewal {
+			if certrenewal.Requested(h.renewRequest(f.Cluster)) {
+				h.fatalf("fault %d (%s): settled with the renewal still requested", n+1, f)
+			}
+		}
 		took = append(took, time.Since(t0))
 		byKind[f.Kind]++
 		t.Logf("fault %3d %-60s settled %6.1fs after the fault", n+1, f, d.Seconds())
@@ -237,6 +244,21 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 		h.startServe()
 		return gone
 
+	case RenewCertificates, KillServeDuringRenewal:
+		// Every process of the cluster is replaced by the renewal's restart.
+		gone := h.clusterProcs(i)
+		if err := certrenewal.Request(h.renewRequest(i), "the fault test"); err != nil {
+			h.fatalf("%s: %v", f, err)
+		}
+		if f.Kind == KillServeDuringRenewal {
+			// The provider takes the request within 10 s (certrenewal.Policy.CheckEvery):
+			// the kill lands before, during or after the restart.
+			time.Sleep(f.Delay) // the fault's moment, not a synchronisation
+			h.killServe()
+			h.startServe()
+		}
+		return gone
+
 	case ParkUnpark:
 		h.parkAndWait(i, fmt.Sprintf("%s: parked", f))
 		h.setRunning(i, true)
@@ -285,6 +307,10 @@ func (h *harness) killServe() {
 
 func (h *harness) dataDir(i int) string {
 	return filepath.Join(h.root, "clusters", h.names[i])
+}
+
+func (h *harness) renewRequest(i int) string {
+	return clusterstack.Layout{Root: h.dataDir(i)}.RenewRequest()
 }
 
 func (h *harness) leasedPort(i int) int {
