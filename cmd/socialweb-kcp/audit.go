@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/auditlog"
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/clusterstack"
@@ -75,18 +76,25 @@ func addDataRootFlag(cmd *cobra.Command, dst *string) {
 // is a cluster of the namespace. A command that reads it (audit, certs) runs on the
 // provider's host, as the operator: the DataDir is nowhere else.
 func hostDataDir(ctx context.Context, g *globals, name, dataRoot string) (string, error) {
+	dataDir, _, _, err := hostCluster(ctx, g, name, dataRoot)
+	return dataDir, err
+}
+
+// hostCluster is hostDataDir with the front and the Cluster as the front has it.
+func hostCluster(ctx context.Context, g *globals, name, dataRoot string) (string, *front, v1alpha1.Cluster, error) {
 	f, err := g.front()
 	if err != nil {
-		return "", err
+		return "", nil, v1alpha1.Cluster{}, err
 	}
-	if _, err := f.cluster(ctx, name); err != nil {
-		return "", err
+	cl, err := f.cluster(ctx, name)
+	if err != nil {
+		return "", nil, v1alpha1.Cluster{}, err
 	}
 	dataDir := clusterprovider.DataDirOf(dataRoot, name)
 	if _, err := os.Stat(dataDir); err != nil {
-		return "", fmt.Errorf("--data-root %s: no DataDir of cluster %s here (%w); run this on the provider's host, with serve's --data-root", dataRoot, name, err)
+		return "", nil, v1alpha1.Cluster{}, fmt.Errorf("--data-root %s: no DataDir of cluster %s here (%w); run this on the provider's host, with serve's --data-root", dataRoot, name, err)
 	}
-	return dataDir, nil
+	return dataDir, f, cl, nil
 }
 
 // printAudit prints events oldest first: a table, or (-o json) each event's own line.

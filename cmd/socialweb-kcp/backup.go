@@ -46,15 +46,7 @@ func backupCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			dataDir, err := hostDataDir(ctx, g, name, dataRoot)
-			if err != nil {
-				return err
-			}
-			f, err := g.front()
-			if err != nil {
-				return err
-			}
-			cl, err := f.cluster(ctx, name)
+			dataDir, f, cl, err := hostCluster(ctx, g, name, dataRoot)
 			if err != nil {
 				return err
 			}

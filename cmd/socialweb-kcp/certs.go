@@ -69,7 +69,7 @@ func certsRotateCmd(g *globals) *cobra.Command {
 		Args: args(1, 1, "NAME"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx, name, out := cmd.Context(), a[0], cmd.OutOrStdout()
-			dataDir, err := hostDataDir(ctx, g, name, dataRoot)
+			dataDir, f, cl, err := hostCluster(ctx, g, name, dataRoot)
 			if err != nil {
 				return err
 			}
@@ -80,14 +80,6 @@ func certsRotateCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(out, "renewal of cluster %s's certificates requested\n", name)
 			if !w.wait {
 				return nil
-			}
-			f, err := g.front()
-			if err != nil {
-				return err
-			}
-			cl, err := f.cluster(ctx, name)
-			if err != nil {
-				return err
 			}
 			if cl.Status.Phase == v1alpha1.PhaseSleeping || (cl.Spec.Running != nil && !*cl.Spec.Running) {
 				fmt.Fprintf(out, "cluster %s does not run now: they are renewed when it next starts\n", name)

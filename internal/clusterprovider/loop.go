@@ -881,7 +881,7 @@ func (l *Loop) restart(key, name, ns string, np NodePolicy, c *Cluster, msg stri
 	l.mu.Unlock()
 	l.Log.Info(msg, "cluster", key, "why", why)
 	l.queue.Add(key)
-	if err := c.Stop(); err != nil {
+	if err := c.StopToRestart(); err != nil {
 		l.mu.Lock()
 		st.group, st.attempts, st.reason, st.failedStep = materialiser.GroupFailed, st.attempts+1, err.Error(), "restart"
 		l.signalLocked()

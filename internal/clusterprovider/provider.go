@@ -282,11 +282,14 @@ type Cluster struct {
 	// second Stop waits for the first rather than return while it still reaps.
 	stopDone chan struct{}
 	stopErr  error
-	snapMu   sync.Mutex // serialises edits of nodes.json
-	admin    kubernetes.Interface
-	objects  atomic.Int64   // its stored objects at the last count
-	cgroup   *cgroups.Group // the cluster's control group; nil when cgroups are off
-	as       runAs          // who its processes run as
+	// keepLease: the stop keeps the port leased for the restart that follows
+	// (StopToRestart).
+	keepLease bool
+	snapMu    sync.Mutex // serialises edits of nodes.json
+	admin     kubernetes.Interface
+	objects   atomic.Int64   // its stored objects at the last count
+	cgroup    *cgroups.Group // the cluster's control group; nil when cgroups are off
+	as        runAs          // who its processes run as
 
 	nodesMu sync.Mutex
 	nodes   *procgroup.Group            // the node group (kwok), started with the first simulated guest
@@ -861,6 +864,16 @@ func (c *Cluster) Stop() error {
 	return err
 }
 
+// StopToRestart stops the cluster as Stop does, but keeps its port leased: the bring-up
+// that follows (a renewal's restart, an upgrade's) serves at the very URL its tenants'
+// kubeconfigs name, whatever else started meanwhile. A teardown releases the lease.
+func (c *Cluster) StopToRestart() error {
+	c.mu.Lock()
+	c.keepLease = true
+	c.mu.Unlock()
+	return c.Stop()
+}
+
 func (c *Cluster) stop() error {
 	// The guests first: they are kubelets (real or kwok's) of this apiserver.
 	err := c.stopRealGuests()
@@ -877,7 +890,10 @@ func (c *Cluster) stop() error {
 	if rerr := removeStale(c.Spec.Layout().KineSocket()); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	if err == nil {
+	c.mu.Lock()
+	keep := c.keepLease
+	c.mu.Unlock()
+	if err == nil && !keep {
 		// A lease whose holder may still run stays leased (invariant 8).
 		err = c.p.book.Release(c.Port, leaseHolder(c.Spec))
 	}

@@ -117,7 +117,7 @@ func (p *Provider) renewFront(ctx context.Context, front *Cluster, now time.Time
 	}
 	log.Info("restarting the front to renew its certificates", "why", why)
 	t0 := time.Now()
-	if err := front.Stop(); err != nil {
+	if err := front.StopToRestart(); err != nil {
 		return nil, fmt.Errorf("front: stop it to renew its certificates: %w", err)
 	}
 	upCtx, cancel := context.WithTimeout(ctx, bringUpDeadline)
