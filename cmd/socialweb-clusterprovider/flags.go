@@ -72,6 +72,9 @@ func (f *providerFlags) config(stderr io.Writer) (clusterprovider.Config, error)
 	if err := (certrenewal.Policy{Share: f.certs.Share}).Check(); err != nil {
 		return clusterprovider.Config{}, fmt.Errorf("--cert-renew-share: %w", err)
 	}
+	if err := f.certs.Check(); err != nil {
+		return clusterprovider.Config{}, fmt.Errorf("--cert-validity and --cert-renew-share: %w", err)
+	}
 	cfg := clusterprovider.Config{DataRoot: f.dataRoot, BinDir: f.binDir, PostgresBin: postgresBinDir, Ports: rng, Certificates: f.certs}
 	if cfg.Limits.MemoryBytes, err = cgroups.ParseMemory(f.memory); err != nil {
 		return clusterprovider.Config{}, fmt.Errorf("--cluster-memory %w", err)

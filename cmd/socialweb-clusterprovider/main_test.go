@@ -59,6 +59,7 @@ func TestBadInvocationsNameWhatIsWrong(t *testing.T) {
 		{[]string{"up", "demo", "--port-range", "45000-45099"}, "--port-range 45000-45099: ports 45000-45099 are in the kernel's ephemeral range"},
 		{[]string{"up", "demo", "--nodes", "-1"}, "--nodes"},
 		{[]string{"up", "demo", "--cert-validity", "1s"}, "--cert-validity: certificate validity 1s: want 10s or more"},
+		{[]string{"up", "demo", "--cert-validity", "40s", "--cert-renew-share", "0.7"}, "--cert-validity and --cert-renew-share: validity 40s with renewal share 0.7: a leaf is due 12s after it is minted"},
 		{[]string{"serve", "--data-root", "DATA", "--max-running-clusters", "-1"}, "--max-running-clusters: -1; want 0 (no cap) or more"},
 		{[]string{"serve", "--data-root", "DATA", "--cert-renew-share", "1.5"}, "--cert-renew-share: renewal share 1.5: want more than 0 and less than 1"},
 		{[]string{"nodes"}, "usage: nodes add"},

@@ -226,7 +226,7 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		}()
 		fmt.Fprintf(stdout, "front door: %s; a cluster NAME is at https://NAME.%s:%d\n", doorLn.Addr(), cfg.FrontDoor.Names.BaseDomain, cfg.FrontDoor.Port)
 	}
-	var died error
+	var died, loopErr error
 	var frontEvents <-chan clusterprovider.FrontEvent // nil, never ready, without a front of serve's own
 	keepCtx, stopKeeping := context.WithCancel(ctx)
 	defer stopKeeping()
@@ -252,7 +252,8 @@ wait:
 				break wait
 			}
 		case err := <-done:
-			return errors.Join(err, errors.New("the reconcile loop ended"))
+			loopErr = errors.Join(err, errors.New("the reconcile loop ended"))
+			break wait
 		}
 	}
 	// A renewal under way when the stop came ends first (a front it started is reaped by
@@ -264,6 +265,9 @@ wait:
 				front = ev.Front
 			}
 		}
+	}
+	if loopErr != nil {
+		return loopErr // the deferred stop (or detach) of the front that runs now
 	}
 	notify(loop.Log, sdnotify.Stopping)
 	if keep && (stoppedBy(ctx) == os.Interrupt || sdnotify.SystemStopping()) {

@@ -142,45 +142,70 @@ func restoreCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := backup.CheckVersions(c.Manifest.Versions, hostVersions(f, clusterstack.Layout{})); err != nil {
+			// The staging is read only by the provider of this data root.
+			if _, err := os.Stat(filepath.Join(dataRoot, "leases.json")); err != nil {
+				return fmt.Errorf("--data-root %s: not the data root of a provider on this host (%v); run restore on the provider's host, with serve's --data-root", dataRoot, err)
+			}
+			here := hostVersions(f, clusterstack.Layout{})
+			if here["postgres"], err = backup.PostgresMajor(pgBin); err != nil {
+				return fmt.Errorf("--postgres-bin: %w", err)
+			}
+			if err := backup.CheckVersions(c.Manifest.Versions, here); err != nil {
 				return err
 			}
-			// A name no Cluster has, or a parked Cluster whose data is lost (its DataDir gone):
-			// it is set running again, and its first bring-up loads the backup.
-			lost := false
+			// A name no Cluster has, or a parked Cluster whose data is lost (its DataDir gone,
+			// or never made: a restore cut short after it declared the Cluster).
+			parked := false
 			switch existing, err := f.cluster(ctx, name); {
 			case err == nil && existing.DeletionTimestamp != nil:
 				return fmt.Errorf("cluster %s is being deleted; wait for that to end, then restore", name)
 			case err == nil && (existing.Spec.Running == nil || *existing.Spec.Running):
 				return fmt.Errorf("cluster %s exists in namespace %s and runs: restore into another name; or, if its data is lost, park it first (socialweb-kcp park %s), then restore", name, f.ns, name)
 			case err == nil:
-				lost = true
+				parked = true
 			case !apierrors.IsNotFound(err):
 				return err
 			}
 			if _, err := os.Lstat(clusterprovider.DataDirOf(dataRoot, name)); err == nil {
-				if lost {
+				if parked {
 					return fmt.Errorf("cluster %s is parked with its data (%s): a restore replaces only data that is lost; remove the cluster (socialweb-kcp down %s), or restore into another name", name, clusterprovider.DataDirOf(dataRoot, name), name)
 				}
 				return fmt.Errorf("--data-root %s holds a DataDir of cluster %s: it is still being removed, or another front's; wait, or remove it", dataRoot, name)
 			}
 			staged := clusterprovider.RestoreDirOf(dataRoot, name)
-			if _, err := os.Lstat(staged); err == nil {
-				return fmt.Errorf("a restore of %s is staged already (%s): wait for it to be brought up, or remove that directory if its Cluster is gone", name, staged)
+			if _, err := os.Lstat(staged); err == nil && !parked {
+				return fmt.Errorf("a restore of %s is staged (%s) and no Cluster %s is declared: remove that directory, then restore again", name, staged, name)
 			}
-			if err := stage(staged, c); err != nil {
+			// Declared parked first, so that the staging is never without its Cluster: a
+			// restore cut short leaves a parked Cluster (and maybe its staging), which a
+			// restore run again takes as a lost cluster's, and a deletion removes.
+			created := false
+			if !parked {
+				cl := &v1alpha1.Cluster{TypeMeta: typeMeta("Cluster"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: spec}
+				no := false
+				cl.Spec.Running, cl.Spec.CreateAsleep = &no, false
+				if err := f.create(ctx, cl); err != nil {
+					return err
+				}
+				created = true
+			}
+			undo := func(err error) error {
+				err = errors.Join(err, os.RemoveAll(staged))
+				if created {
+					err = errors.Join(err, f.dyn.Resource(clusterprovider.ClustersResource).Namespace(f.ns).Delete(ctx, name, metav1.DeleteOptions{}))
+				}
 				return err
 			}
-			if lost {
-				err = f.setRunning(ctx, name, true)
-			} else {
-				cl := &v1alpha1.Cluster{TypeMeta: typeMeta("Cluster"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: spec}
-				cl.Spec.Running, cl.Spec.CreateAsleep = nil, false // a restore runs: its data is loaded at its first bring-up
-				err = f.create(ctx, cl)
+			if err := os.RemoveAll(staged); err != nil { // an earlier attempt's, never brought up: the Cluster is parked
+				return undo(err)
 			}
-			if err != nil {
-				return errors.Join(err, os.RemoveAll(staged))
+			if err := stage(staged, c); err != nil {
+				return undo(err)
 			}
+			if err := f.setRunning(ctx, name, true); err != nil {
+				return undo(err)
+			}
+			lost := parked
 			identity := "its own identity (a new CA, service-account keys and uid; the encryption key of " + c.Manifest.Cluster + ")"
 			if c.Manifest.Cluster == name {
 				identity = "the identity of the cluster backed up: its CA, service-account keys, encryption key and uid"
@@ -222,11 +247,15 @@ func addKeyFlag(cmd *cobra.Command, dst *string) {
 }
 
 // stage writes an opened backup where the provider's bring-up finds it: a directory of
-// root's, 0700, made whole under a temporary name and renamed into place, so the provider
-// sees all of it or nothing.
+// root's, 0700, made whole under a temporary name, written to disk, and renamed into place
+// (the rename written too), so the provider sees all of it or nothing, after a power cut
+// as well.
 func stage(dir string, c backup.Contents) error {
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return err
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(parent)); err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp(parent, filepath.Base(dir)+".new-")
@@ -241,7 +270,7 @@ func stage(dir string, c backup.Contents) error {
 		if err := atomicfile.WriteFile(filepath.Join(tmp, "manifest.json"), mb, 0o600); err != nil {
 			return err
 		}
-		for n, b := range c.Files {
+		for n, b := range c.Files { // names backup.Open allows: datastore.sql, identity/*
 			path := filepath.Join(tmp, n)
 			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 				return err
@@ -250,7 +279,13 @@ func stage(dir string, c backup.Contents) error {
 				return err
 			}
 		}
-		return os.Rename(tmp, dir)
+		if err := atomicfile.SyncDir(tmp); err != nil { // the identity/ entry
+			return err
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			return err
+		}
+		return atomicfile.SyncDir(parent)
 	}
 	if err := write(); err != nil {
 		return errors.Join(fmt.Errorf("stage the restore in %s: %w", dir, err), os.RemoveAll(tmp))

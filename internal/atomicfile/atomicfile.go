@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // WriteFile writes data to path with mode perm: a temp file in the same directory, fsync,
@@ -71,4 +73,15 @@ func keepOwner(tmp *os.File, path string) (os.FileMode, error) {
 		return 0, nil
 	}
 	return fi.Mode().Perm() & 0o040, tmp.Chown(int(st.Uid), int(st.Gid))
+}
+
+// SyncDir writes dir's entries to disk (fsync of the directory, opened without following
+// a link): a file or directory made or renamed in it is there after a crash.
+func SyncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	return unix.Fsync(fd)
 }

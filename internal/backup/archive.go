@@ -17,6 +17,7 @@ import (
 	"compress/gzip"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/rand"
@@ -29,8 +30,9 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
 	"time"
+
+	"socialweb.computer/kcp/internal/clusterstack"
 )
 
 // Format names this archive's layout in its manifest.
@@ -270,9 +272,14 @@ func (c Contents) verify() error {
 	if !listed[DatastoreFile] {
 		return fmt.Errorf("no %s", DatastoreFile)
 	}
+	// Only the names this program writes: a restore stages each under its name.
+	known := map[string]bool{DatastoreFile: true}
+	for n := range IdentityFiles(clusterstack.Layout{}) {
+		known[n] = true
+	}
 	for _, n := range slices.Sorted(maps.Keys(c.Files)) {
-		if strings.Contains(n, "..") || strings.HasPrefix(n, "/") {
-			return fmt.Errorf("file name %q leaves the archive", n)
+		if !known[n] {
+			return fmt.Errorf("file %q is none this program writes", n)
 		}
 	}
 	return nil
@@ -283,13 +290,24 @@ func derive(key, salt []byte, iter int) (enc, check []byte, err error) {
 	if len(key) < MinKeyLen {
 		return nil, nil, fmt.Errorf("backup key: %d bytes; want %d or more", len(key), MinKeyLen)
 	}
-	k, err := pbkdf2.Key(sha256.New, string(key), salt, iter, 64)
+	// One PBKDF2 block (32 bytes), split by HKDF: with 64 bytes of PBKDF2 output the key
+	// check would rest on the second block alone, which a guesser could compute for half
+	// the cost the writer paid.
+	master, err := pbkdf2.Key(sha256.New, string(key), salt, iter, 32)
 	if err != nil {
 		return nil, nil, err
 	}
-	mac := hmac.New(sha256.New, k[32:])
+	enc, err = hkdf.Key(sha256.New, master, nil, "socialweb-kcp backup encryption", 32)
+	if err != nil {
+		return nil, nil, err
+	}
+	checkKey, err := hkdf.Key(sha256.New, master, nil, "socialweb-kcp backup key check", 32)
+	if err != nil {
+		return nil, nil, err
+	}
+	mac := hmac.New(sha256.New, checkKey)
 	mac.Write([]byte("socialweb-kcp backup key check"))
-	return k[:32], mac.Sum(nil), nil
+	return enc, mac.Sum(nil), nil
 }
 
 func newGCM(key []byte) (cipher.AEAD, error) {

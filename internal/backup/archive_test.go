@@ -113,6 +113,15 @@ func TestANewerKubernetesIsRefused(t *testing.T) {
 			t.Errorf("archive %q here %q: %v", c.archive, c.here, err)
 		}
 	}
+	for _, c := range []struct {
+		archive, here string
+		ok            bool
+	}{{"15", "15", true}, {"14", "15", true}, {"16", "15", false}, {"", "15", true}} {
+		err := CheckVersions(map[string]string{"postgres": c.archive}, map[string]string{"postgres": c.here})
+		if (err == nil) != c.ok {
+			t.Errorf("postgres: archive %q here %q: %v", c.archive, c.here, err)
+		}
+	}
 }
 
 func TestAKeyComesFromAPrivateFileOrTheEnvironment(t *testing.T) {

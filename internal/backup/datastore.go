@@ -130,3 +130,19 @@ func (d Datastore) run(ctx context.Context, tool string, stdin []byte, args ...s
 	}
 	return out.Bytes(), nil
 }
+
+// PostgresMajor is the major version of the PostgreSQL whose psql is in bin ("15"), as a
+// restore compares it with a backup's.
+func PostgresMajor(bin string) (string, error) {
+	out, err := exec.Command(filepath.Join(bin, "psql"), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", filepath.Join(bin, "psql"), err)
+	}
+	// "psql (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
+	f := strings.Fields(string(out))
+	if len(f) < 3 {
+		return "", fmt.Errorf("psql --version said %q", out)
+	}
+	major, _, _ := strings.Cut(f[2], ".")
+	return major, nil
+}

@@ -47,15 +47,21 @@ func Carried(from, into string) []string {
 }
 
 // CheckVersions refuses data written by a newer Kubernetes than the one that would serve
-// it: an older apiserver may not read what a newer one stored. An older one's data is
-// read and migrated by the apiserver, as an upgrade's is. A version missing on either
-// side is not checked.
+// it (an older apiserver may not read what a newer one stored; an older one's data is
+// read and migrated by the apiserver, as an upgrade's is), or dumped from a newer
+// PostgreSQL major version than this host's (its pg_dump may write what an older psql and
+// server do not take). A version missing on either side is not checked.
 func CheckVersions(archive, here map[string]string) error {
 	a, aok := minor(archive["kubernetes"])
 	h, hok := minor(here["kubernetes"])
 	if aok && hok && a > h {
 		return fmt.Errorf("the backup was written by Kubernetes %s, newer than this host's %s: restore it on a host running %s or later",
 			archive["kubernetes"], here["kubernetes"], archive["kubernetes"])
+	}
+	pa, aerr := strconv.Atoi(archive["postgres"])
+	ph, herr := strconv.Atoi(here["postgres"])
+	if aerr == nil && herr == nil && pa > ph {
+		return fmt.Errorf("the backup's datastore is PostgreSQL %d, newer than this host's %d: restore it on a host with PostgreSQL %d or later", pa, ph, pa)
 	}
 	return nil
 }

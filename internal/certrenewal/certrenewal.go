@@ -50,8 +50,17 @@ func (p Policy) Check() error {
 	if p.Share < 0 || p.Share >= 1 {
 		return fmt.Errorf("renewal share %g: want more than 0 and less than 1, such as 0.33 (or 0 for a third)", p.Share)
 	}
+	// A leaf due sooner than a restart can renew it would have every restart end due again.
+	if due := time.Duration(float64(p.LeafValidity()) * (1 - p.share())); due < MinTimeToDue {
+		return fmt.Errorf("validity %s with renewal share %g: a leaf is due %s after it is minted; want %s or more (a longer validity, or a smaller share)",
+			p.LeafValidity(), p.share(), due.Round(100*time.Millisecond), MinTimeToDue)
+	}
 	return nil
 }
+
+// MinTimeToDue is the least time from a leaf's minting to its renewal that a policy may
+// give: more than a restart of the cluster takes, and than the look between two checks.
+const MinTimeToDue = 15 * time.Second
 
 // LeafValidity is the validity of a leaf minted under this policy.
 func (p Policy) LeafValidity() time.Duration {
@@ -141,44 +150,48 @@ type Cert struct {
 	NotAfter  time.Time
 }
 
-// Inventory reads every certificate under dir: each *.crt and the client certificate of
-// each *.kubeconfig, sorted by expiry, soonest first. A file it cannot parse is an
-// error naming it, never left out: an unread certificate would expire unseen.
+// Inventory reads the certificates the provider mints in the DataDir dir: each
+// pki/*.crt, and the client certificate of each *.kubeconfig at its top, sorted by expiry,
+// soonest first. Nothing else is read: a real guest's kubelet certificate (in its /var
+// overlay under guests/), an image's files, Postgres' own, are not the provider's to renew,
+// and one listed would make a renewal due that no renewal could satisfy. A file it cannot
+// parse is an error naming it, never left out: an unread certificate would expire unseen.
+// A link or a device is never followed, whoever put it there.
 func Inventory(dir string) ([]Cert, error) {
 	var out []Cert
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+	read := func(sub, suffix string, extract func([]byte) []byte) error {
+		entries, err := os.ReadDir(filepath.Join(dir, sub))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != dir && slices.Contains([]string{"postgres", "sock", "audit"}, d.Name()) {
-			return filepath.SkipDir // a component's own (its user's, with tenant users); no certificate of ours
-		}
-		var certPEM []byte
-		switch {
-		case d.IsDir(), !d.Type().IsRegular():
-			return nil // a link or a device is never followed, whoever put it there
-		case strings.HasSuffix(path, ".crt"):
-			if certPEM, err = os.ReadFile(path); err != nil {
-				return err
+		for _, e := range entries {
+			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), suffix) {
+				continue
 			}
-		case strings.HasSuffix(path, ".kubeconfig"):
+			path := filepath.Join(dir, sub, e.Name())
 			b, err := os.ReadFile(path)
 			if err != nil {
 				return err
 			}
-			certPEM = KubeconfigCert(b)
-		default:
-			return nil
+			c, err := parse(extract(b))
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			out = append(out, Cert{Path: path, Subject: c.Subject.CommonName, CA: c.IsCA, NotBefore: c.NotBefore, NotAfter: c.NotAfter})
 		}
-		c, err := parse(certPEM)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, Cert{Path: path, Subject: c.Subject.CommonName, CA: c.IsCA, NotBefore: c.NotBefore, NotAfter: c.NotAfter})
 		return nil
-	})
+	}
+	if err := read("pki", ".crt", func(b []byte) []byte { return b }); err != nil {
+		return nil, err
+	}
+	if err := read("", ".kubeconfig", KubeconfigCert); err != nil {
+		return nil, err
+	}
 	slices.SortStableFunc(out, func(a, b Cert) int { return a.NotAfter.Compare(b.NotAfter) })
-	return out, err
+	return out, nil
 }
 
 // SoonestLeaf is the leaf that expires first; false when there is none.
@@ -243,17 +256,38 @@ func Request(path, why string) error {
 	return atomicfile.WriteFile(path, []byte(why+"\n"), 0o600)
 }
 
-// Requested says whether a renewal is asked for at path.
+// Requested says whether a renewal is asked for at path, or taken and not done yet.
 func Requested(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
+	for _, p := range []string{path, taken(path)} {
+		if _, err := os.Lstat(p); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
-// Done removes the request at path once its renewal is written; a request already gone is
-// no error.
+// Take says whether a renewal is asked for at path, and takes it: the request is renamed
+// aside (path.taken) before the renewal begins, so a request written while it runs stays
+// for the next one instead of being removed with this one; a taken request that a crash
+// left is taken again.
+func Take(path string) (bool, error) {
+	err := os.Rename(path, taken(path))
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return false, err
+	}
+	_, err = os.Lstat(taken(path))
+	return err == nil, nil
+}
+
+// Done removes the request Take took, once its renewal is written; none is no error.
 func Done(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(taken(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
 }
+
+func taken(path string) string { return path + ".taken" }

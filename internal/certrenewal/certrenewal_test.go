@@ -66,6 +66,9 @@ func TestAPolicyNamesWhatIsWrong(t *testing.T) {
 		{Policy{Validity: -time.Hour}, "validity"},
 		{Policy{Share: 1}, "share 1"},
 		{Policy{Share: -0.1}, "share"},
+		{Policy{Validity: 20 * time.Second}, "due 13.3s after it is minted"},
+		{Policy{Validity: 40 * time.Second, Share: 0.5}, ""},
+		{Policy{Validity: 40 * time.Second, Share: 0.7}, "due 12s"},
 	} {
 		err := tc.p.Check()
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
@@ -109,6 +112,14 @@ func TestTheInventoryListsEveryCertificateSoonestFirst(t *testing.T) {
 	}
 	write("tenant.kubeconfig", kc)
 	write("postgres/data/server.crt", []byte("not ours"))
+	// A real guest's kubelet serves with a certificate of its own, in its /var overlay: the
+	// kubelet's to renew, never listed (a renewal could not make it less due).
+	kubelet, _, err := ca.Issue(pki.Leaf{CommonName: "kubelet", Validity: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("guests/n1/fs/var/lib/kubelet/pki/kubelet.crt", kubelet)
+	write("images/x/etc/ssl/expired.crt", []byte("an image's file"))
 
 	certs, err := Inventory(dir)
 	if err != nil {
@@ -189,12 +200,26 @@ func TestARequestIsAFile(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 || !Requested(path) {
 		t.Fatalf("request file %v %v", fi, err)
 	}
+	if ok, err := Take(path); !ok || err != nil || !Requested(path) {
+		t.Fatalf("take: %v %v; requested while taken: %v", ok, err, Requested(path))
+	}
+	// A request made while the renewal runs is kept for the next.
+	if err := Request(path, "again"); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		if err := Done(path); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if Requested(path) {
+	if !Requested(path) {
+		t.Error("the request made during the renewal went with it")
+	}
+	if ok, _ := Take(path); !ok {
+		t.Error("the second request is not taken")
+	}
+	Done(path)
+	if ok, _ := Take(path); ok || Requested(path) {
 		t.Error("still requested once done")
 	}
 }

@@ -65,9 +65,11 @@ func EnsureCredentials(s clusterstack.Spec, sans []string, tenantURL string, pol
 		return x
 	}
 	l := s.Layout()
-	if certrenewal.Requested(l.RenewRequest()) {
-		policy.RenewAll = true
+	renewAll, err := certrenewal.Take(l.RenewRequest())
+	if err != nil {
+		return fmt.Errorf("renewal request: %w", err)
 	}
+	policy.RenewAll = renewAll
 	ca, err := ensureCA(l.CACert(), l.CAKey(), s.Name+"-ca")
 	if err != nil {
 		return err

@@ -872,7 +872,9 @@ func (l *Loop) restart(key, name, ns string, np NodePolicy, c *Cluster, msg stri
 	}
 	defer func() { <-l.restartSlots }()
 	l.mu.Lock()
-	if st.cluster != c || st.group != materialiser.GroupUp || st.stopping {
+	// A slot free as the provider stops is no reason to stop a cluster it keeps or stops
+	// itself (select picks either when both are ready).
+	if st.cluster != c || st.group != materialiser.GroupUp || st.stopping || l.runCtx.Err() != nil {
 		giveUp()
 		return
 	}

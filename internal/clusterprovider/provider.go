@@ -576,9 +576,8 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 		return nil, err
 	}
 	restoring = restoring && !s.Front && !adopt
-	if restoring && fresh {
+	if restoring {
 		if err := p.placeRestoredIdentity(s, restore); err != nil {
-			os.RemoveAll(l.Root)
 			return nil, err
 		}
 	}
@@ -655,7 +654,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 		c.group = g
 		if restoring {
 			// Ready on the restored data: the staging has served.
-			if err := os.RemoveAll(p.restoreDir(name)); err != nil && p.cfg.Logger != nil {
+			if err := p.finishRestore(s); err != nil && p.cfg.Logger != nil {
 				p.cfg.Logger.Warn("the restore's staging was not removed", "cluster", name, "err", err)
 			}
 		}

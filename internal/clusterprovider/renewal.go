@@ -63,22 +63,17 @@ type FrontEvent struct {
 }
 
 // KeepFront watches the front that serve runs until ctx ends, and says on the channel it
-// returns when the front exited on its own (an Err, the last event) or was restarted to
-// renew its certificates (the Front that runs now). The front is renewed as a tenant is
-// (RenewalDue): stopped, and brought up again with its data, a few seconds in which
-// writes to it fail and are retried. The channel is closed when KeepFront returns.
+// returns when the front exited on its own or could not be brought back (an Err, the last
+// event), or was restarted to renew its certificates (the Front that runs now). The front
+// is renewed as a tenant is (RenewalDue): stopped, its port kept, and brought up again with
+// its data, a few seconds in which writes to it fail and are retried. A look that fails
+// (the request cannot be written) is logged and made again at the next tick: it is no
+// reason to stop the front. Every event is delivered: the caller reads the channel until
+// it is closed, which KeepFront does when it returns.
 func (p *Provider) KeepFront(ctx context.Context, front *Cluster, log *slog.Logger) <-chan FrontEvent {
 	events := make(chan FrontEvent)
 	go func() {
 		defer close(events)
-		send := func(e FrontEvent) bool {
-			select {
-			case events <- e:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
 		t := time.NewTicker(p.cfg.Certificates.CheckEvery())
 		defer t.Stop()
 		for {
@@ -86,35 +81,35 @@ func (p *Provider) KeepFront(ctx context.Context, front *Cluster, log *slog.Logg
 			case <-ctx.Done():
 				return
 			case ex := <-front.Exited():
-				send(FrontEvent{Err: fmt.Errorf("front: %s exited on its own (%v)", ex.Step, ex.Err)})
+				events <- FrontEvent{Err: fmt.Errorf("front: %s exited on its own (%v)", ex.Step, ex.Err)}
 				return
 			case now := <-t.C:
-				renewed, err := p.renewFront(ctx, front, now, log)
+				why, err := front.RenewalDue(now)
+				if err != nil {
+					log.Error("the front's certificate renewal; looking again at the next tick", "err", err)
+					continue
+				}
+				if len(why) == 0 {
+					continue
+				}
+				renewed, err := p.renewFront(ctx, front, why, log)
 				if err != nil {
 					if ctx.Err() == nil {
-						send(FrontEvent{Err: err})
+						events <- FrontEvent{Err: err}
 					}
 					return
 				}
-				if renewed != nil {
-					front = renewed
-					if !send(FrontEvent{Front: renewed}) {
-						return
-					}
-				}
+				front = renewed
+				events <- FrontEvent{Front: renewed}
 			}
 		}
 	}()
 	return events
 }
 
-// renewFront restarts the front when its certificates are due, their renewal requested or
-// its credentials changed on disk; it returns the front that runs then (nil: the same).
-func (p *Provider) renewFront(ctx context.Context, front *Cluster, now time.Time, log *slog.Logger) (*Cluster, error) {
-	why, err := front.RenewalDue(now)
-	if err != nil || len(why) == 0 {
-		return nil, err
-	}
+// renewFront restarts the front to read renewed credentials and returns the front that
+// runs then.
+func (p *Provider) renewFront(ctx context.Context, front *Cluster, why []string, log *slog.Logger) (*Cluster, error) {
 	log.Info("restarting the front to renew its certificates", "why", why)
 	t0 := time.Now()
 	if err := front.StopToRestart(); err != nil {

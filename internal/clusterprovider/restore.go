@@ -50,10 +50,18 @@ func (p *Provider) stagedRestore(name string) (backup.Manifest, bool, error) {
 	return m, true, nil
 }
 
-// placeRestoredIdentity puts the identity files a staged restore carries into a fresh
-// DataDir, 0600, before anything is minted from them.
+// placeRestoredIdentity puts the identity files a staged restore carries into the
+// DataDir, 0600, before anything is minted from them, then marks them placed
+// (Layout.RestorePlaced). A bring-up cut short before the mark places all of them again: a
+// DataDir never holds some of the backup's identity and some minted anew (a CA without
+// its key, an encryption key the restored Secrets were not written with). Once marked they
+// are left as they are, with what was minted from them.
 func (p *Provider) placeRestoredIdentity(s clusterstack.Spec, m backup.Manifest) error {
-	dests := backup.IdentityFiles(s.Layout())
+	l := s.Layout()
+	if exists(l.RestorePlaced()) {
+		return nil
+	}
+	dests := backup.IdentityFiles(l)
 	for _, f := range backup.Carried(m.Cluster, s.Name) {
 		b, err := os.ReadFile(filepath.Join(p.restoreDir(s.Name), f))
 		if err != nil {
@@ -63,7 +71,16 @@ func (p *Provider) placeRestoredIdentity(s clusterstack.Spec, m backup.Manifest)
 			return fmt.Errorf("restore of %s: %w", s.Name, err)
 		}
 	}
-	return nil
+	return atomicfile.WriteFile(l.RestorePlaced(), []byte(m.Cluster+"\n"), 0o600)
+}
+
+// finishRestore removes the staging and the mark once the cluster is Ready on the
+// restored data.
+func (p *Provider) finishRestore(s clusterstack.Spec) error {
+	if err := os.RemoveAll(p.restoreDir(s.Name)); err != nil {
+		return err
+	}
+	return os.Remove(s.Layout().RestorePlaced())
 }
 
 // loadRestoredDatastore loads the staged dump into the cluster's kine database, unless

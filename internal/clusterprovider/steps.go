@@ -316,7 +316,7 @@ func fromTemplate(ctx context.Context, s clusterstack.Spec, as string, uid, gid 
 	if err := os.Rename(staging, l.PostgresData()); err != nil {
 		return err
 	}
-	return pgtemplate.SyncDir(l.PostgresDir())
+	return atomicfile.SyncDir(l.PostgresDir())
 }
 
 // writeNew writes a new file for uid:gid (0600) in a directory that user owns: whatever

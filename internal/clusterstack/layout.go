@@ -40,6 +40,10 @@ func (l Layout) PostgresSocketDir() string { return l.path("postgres", "run") }
 // leaf falls due while the cluster runs, removed once the renewal is written.
 func (l Layout) RenewRequest() string { return l.path("renew-certificates") }
 
+// RestorePlaced marks a DataDir in which a restore's identity files are all placed
+// (clusterprovider's restore): until it exists, a bring-up places them again.
+func (l Layout) RestorePlaced() string { return l.path("restore-placed") }
+
 // LastBackup records the cluster's last backup (backup.Record): when, where, how big.
 func (l Layout) LastBackup() string { return l.path("last-backup.json") }
 

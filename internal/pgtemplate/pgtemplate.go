@@ -215,18 +215,6 @@ func copyFile(src, dst string, mode fs.FileMode, uid, gid int) error {
 // be one only root can reach (the staging copy).
 func Sync(dir string) error { return syncfs(dir) }
 
-// SyncDir writes out the entries of the directory dir (a rename into it), opened without
-// following a link: dir is named in a directory only root may write, though another user
-// owns it.
-func SyncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer unix.Close(fd)
-	return unix.Fsync(fd)
-}
-
 func syncfs(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
