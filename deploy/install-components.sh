@@ -33,7 +33,9 @@ now() { date +%s.%N; }
 took() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1fs", b-a}'; }
 
 install_postgres() {
-  if [ -x /usr/lib/postgresql/15/bin/postgres ] && [ -x /usr/lib/postgresql/15/bin/initdb ]; then
+  # pg_dump and psql (postgresql-client-15, which postgresql-15 pulls in): backup and restore.
+  if [ -x /usr/lib/postgresql/15/bin/postgres ] && [ -x /usr/lib/postgresql/15/bin/initdb ] &&
+    [ -x /usr/lib/postgresql/15/bin/pg_dump ] && [ -x /usr/lib/postgresql/15/bin/psql ]; then
     say "postgresql-15: present"
     return
   fi
@@ -41,7 +43,7 @@ install_postgres() {
   say "postgresql-15: installing with apt-get"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq postgresql-15 >/dev/null
+  apt-get install -y -qq postgresql-15 postgresql-client-15 >/dev/null
   # The Debian package starts a system cluster on port 5432; the project never uses it.
   (command -v pg_ctlcluster >/dev/null && pg_ctlcluster 15 main stop) >/dev/null 2>&1 || true
   say "postgresql-15: installed in $(took "$t")"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,8 +74,12 @@ func backupCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			versions := hostVersions(f)
+			if versions["postgres"], err = backup.PostgresMajor(pgBin); err != nil { // the major of the pg_dump that wrote the dump
+				return fmt.Errorf("--postgres-bin: %w", err)
+			}
 			m := backup.Manifest{Cluster: name, Namespace: f.ns, Account: cl.Spec.Account, UID: id.UID, Created: t0.UTC(),
-				Spec: spec, Versions: hostVersions(f, l), Keys: keys}
+				Spec: spec, Versions: versions, Keys: keys}
 			var archive bytes.Buffer
 			if err := backup.Write(&archive, key, backup.Contents{Manifest: m, Files: files}); err != nil {
 				return err
@@ -119,6 +124,11 @@ func restoreCmd(g *globals) *cobra.Command {
 			if file == "" {
 				return usageError{errors.New("-f FILE: the backup to restore")}
 			}
+			// The staging is synced by directory, never through a link: the data root as
+			// the provider reaches it.
+			if dr, err := filepath.EvalSymlinks(dataRoot); err == nil {
+				dataRoot = dr
+			}
 			if err := clusterprovider.ValidateName(name); err != nil {
 				return usageError{err}
 			}
@@ -146,7 +156,7 @@ func restoreCmd(g *globals) *cobra.Command {
 			if _, err := os.Stat(filepath.Join(dataRoot, "leases.json")); err != nil {
 				return fmt.Errorf("--data-root %s: not the data root of a provider on this host (%v); run restore on the provider's host, with serve's --data-root", dataRoot, err)
 			}
-			here := hostVersions(f, clusterstack.Layout{})
+			here := hostVersions(f)
 			if here["postgres"], err = backup.PostgresMajor(pgBin); err != nil {
 				return fmt.Errorf("--postgres-bin: %w", err)
 			}
@@ -189,10 +199,14 @@ func restoreCmd(g *globals) *cobra.Command {
 				}
 				created = true
 			}
+			// undo takes back what this run made, in a context of its own (the command's
+			// may be what ended).
 			undo := func(err error) error {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
 				err = errors.Join(err, os.RemoveAll(staged))
 				if created {
-					err = errors.Join(err, f.dyn.Resource(clusterprovider.ClustersResource).Namespace(f.ns).Delete(ctx, name, metav1.DeleteOptions{}))
+					err = errors.Join(err, f.dyn.Resource(clusterprovider.ClustersResource).Namespace(f.ns).Delete(uctx, name, metav1.DeleteOptions{}))
 				}
 				return err
 			}
@@ -203,6 +217,14 @@ func restoreCmd(g *globals) *cobra.Command {
 				return undo(err)
 			}
 			if err := f.setRunning(ctx, name, true); err != nil {
+				// The patch may have been applied though its answer was lost: then the
+				// bring-up needs the staging, and nothing is taken back.
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				now, gerr := f.cluster(uctx, name)
+				cancel()
+				if gerr != nil || now.Spec.Running == nil || *now.Spec.Running {
+					return fmt.Errorf("cluster %s: set it running: %w (it may run; socialweb-kcp status %s tells)", name, err, name)
+				}
 				return undo(err)
 			}
 			lost := parked
@@ -293,17 +315,12 @@ func stage(dir string, c backup.Contents) error {
 	return nil
 }
 
-// hostVersions is what this host runs: the front's Kubernetes (the provider runs every
-// apiserver from the same binaries) and, from l's DataDir, the datastore's PostgreSQL.
-func hostVersions(f *front, l clusterstack.Layout) map[string]string {
+// hostVersions is the Kubernetes this host runs: the front's (the provider runs every
+// apiserver from the same binaries).
+func hostVersions(f *front) map[string]string {
 	v := map[string]string{}
 	if info, err := f.core.Discovery().ServerVersion(); err == nil {
 		v["kubernetes"] = info.GitVersion
-	}
-	if l.Root != "" {
-		if b, err := os.ReadFile(filepath.Join(l.PostgresData(), "PG_VERSION")); err == nil {
-			v["postgres"] = strings.TrimSpace(string(b))
-		}
 	}
 	return v
 }

@@ -272,10 +272,14 @@ func (c Contents) verify() error {
 	if !listed[DatastoreFile] {
 		return fmt.Errorf("no %s", DatastoreFile)
 	}
-	// Only the names this program writes: a restore stages each under its name.
+	// Only the names this program writes, and all of them: a restore stages each under its
+	// name, and a restore into the cluster's own name places every identity file.
 	known := map[string]bool{DatastoreFile: true}
 	for n := range IdentityFiles(clusterstack.Layout{}) {
 		known[n] = true
+		if !listed[n] {
+			return fmt.Errorf("no %s", n)
+		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(c.Files)) {
 		if !known[n] {

@@ -6,14 +6,26 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"socialweb.computer/kcp/internal/clusterstack"
 )
 
 var sample = Contents{
 	Manifest: Manifest{Cluster: "demo", Namespace: "default", Account: "acme", UID: "u1", Created: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC),
 		Versions: map[string]string{"kubernetes": "v1.37.2"}, Keys: []string{"/registry/configmaps/default/a"}},
-	Files: map[string][]byte{DatastoreFile: []byte("COPY public.kine FROM stdin;\n"), EncryptionConfig: []byte("secretbox")},
+	Files: sampleFiles(),
+}
+
+// sampleFiles is a dump and every identity file, as a backup holds them.
+func sampleFiles() map[string][]byte {
+	files := map[string][]byte{DatastoreFile: []byte("COPY public.kine FROM stdin;\n")}
+	for n := range IdentityFiles(clusterstack.Layout{}) {
+		files[n] = []byte("the file " + n)
+	}
+	return files
 }
 
 var key = []byte("0123456789abcdef0123456789abcdef")
@@ -33,7 +45,7 @@ func TestAnArchiveOpensAsItWasWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Manifest.Format != Format || c.Manifest.Cluster != "demo" || !slices.Equal(c.Manifest.Keys, sample.Manifest.Keys) || len(c.Manifest.Files) != 2 {
+	if c.Manifest.Format != Format || c.Manifest.Cluster != "demo" || !slices.Equal(c.Manifest.Keys, sample.Manifest.Keys) || len(c.Manifest.Files) != 9 {
 		t.Errorf("manifest %+v", c.Manifest)
 	}
 	for n, b := range sample.Files {
@@ -91,6 +103,15 @@ func TestTheManifestListsExactlyTheFiles(t *testing.T) {
 	c = Contents{Manifest: Manifest{Format: Format}, Files: map[string][]byte{}}
 	if err := c.verify(); err == nil {
 		t.Error("an archive without its datastore passed")
+	}
+	var b bytes.Buffer
+	files := sampleFiles()
+	delete(files, "identity/sa.key")
+	if err := write(&b, key, Contents{Manifest: sample.Manifest, Files: files}, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(b.Bytes(), key); err == nil || !strings.Contains(err.Error(), "identity/sa.key") {
+		t.Errorf("an archive without its service-account key: %v", err)
 	}
 }
 

@@ -631,6 +631,13 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 	key := cl.Namespace + "/" + cl.Name
 	switch op {
 	case materialiser.OpAddFinalizer, materialiser.OpRemoveFinalizer:
+		if op == materialiser.OpRemoveFinalizer {
+			// A restore staged for a Cluster that never ran has no DataDir to go with: it
+			// goes here, or a later Cluster of the name would come up from it.
+			if err := l.P.DropRestore(cl.Name); err != nil {
+				return err
+			}
+		}
 		return l.setFinalizer(ctx, ClustersResource, &cl.ObjectMeta, v1alpha1.TeardownFinalizer, op == materialiser.OpAddFinalizer, nil)
 	case materialiser.OpBringUp:
 		l.mu.Lock()

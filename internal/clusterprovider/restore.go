@@ -61,6 +61,11 @@ func (p *Provider) placeRestoredIdentity(s clusterstack.Spec, m backup.Manifest)
 	if exists(l.RestorePlaced()) {
 		return nil
 	}
+	// Minting comes only after the mark: minted files without it are another bring-up's,
+	// made without the restore (it began before the restore was staged).
+	if exists(l.AdminKubeconfig()) {
+		return fmt.Errorf("restore of %s: its DataDir was made without the restore staged for it; remove the cluster (socialweb-kcp down %s) and restore again", s.Name, s.Name)
+	}
 	dests := backup.IdentityFiles(l)
 	for _, f := range backup.Carried(m.Cluster, s.Name) {
 		b, err := os.ReadFile(filepath.Join(p.restoreDir(s.Name), f))
@@ -73,6 +78,9 @@ func (p *Provider) placeRestoredIdentity(s clusterstack.Spec, m backup.Manifest)
 	}
 	return atomicfile.WriteFile(l.RestorePlaced(), []byte(m.Cluster+"\n"), 0o600)
 }
+
+// DropRestore removes a restore staged for cluster name, if any: its Cluster is deleted.
+func (p *Provider) DropRestore(name string) error { return os.RemoveAll(p.restoreDir(name)) }
 
 // finishRestore removes the staging and the mark once the cluster is Ready on the
 // restored data.
