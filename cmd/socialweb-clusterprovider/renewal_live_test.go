@@ -92,6 +92,9 @@ func TestCertificatesRenewWhileTheClusterServes(t *testing.T) {
 	if n := livetest.MetricValue(t, metricsURL, `socialweb_cluster_certificate_expiry_timestamp_seconds{cluster="default/renew"}`); time.Until(time.Unix(int64(n), 0)) <= 0 {
 		t.Errorf("the soonest expiry in the metrics is past: %v", time.Unix(int64(n), 0))
 	}
+	if d := livetest.MetricValue(t, metricsURL, `socialweb_cluster_certificate_days_left{cluster="default/renew"}`); d <= 0 || d > 40.0/86400 {
+		t.Errorf("days left on the soonest certificate: %v, want within its 40 s", d)
+	}
 
 	tenant := func() kubernetes.Interface {
 		c, err := clientOf(decoded(t, []byte(kubectl("get", "secret", "renew-kubeconfig", "-o", "jsonpath={.data.kubeconfig}"))))

@@ -1,6 +1,7 @@
 package clusterprovider
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,12 @@ type Metrics struct {
 	nodes     *prometheus.GaugeVec
 	certs     *prometheus.GaugeVec
 	byCluster map[string]materialiser.Phase
+
+	// expiries is each cluster's soonest leaf expiry, for the days-left gauge computed at
+	// each scrape; now is the clock it is computed by.
+	expMu    sync.Mutex
+	expiries map[string]time.Time
+	now      func() time.Time
 }
 
 // NewMetrics registers the metrics.
@@ -54,8 +61,10 @@ func NewMetrics() *Metrics {
 		certs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "socialweb_cluster_certificate_expiry_timestamp_seconds",
 			Help: "When each cluster's soonest-expiring leaf certificate expires (Unix seconds), read at its last start or mint."}, []string{"cluster"}),
 		byCluster: map[string]materialiser.Phase{},
+		expiries:  map[string]time.Time{},
+		now:       time.Now,
 	}
-	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.adopted, m.nodes, m.certs,
+	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.adopted, m.nodes, m.certs, daysLeftCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range phases {
 		m.phases.WithLabelValues(string(p)).Set(0)
@@ -72,6 +81,9 @@ func (m *Metrics) setPhase(key string, p materialiser.Phase) {
 		delete(m.byCluster, key)
 		m.nodes.DeleteLabelValues(key)
 		m.certs.DeleteLabelValues(key)
+		m.expMu.Lock()
+		delete(m.expiries, key)
+		m.expMu.Unlock()
 		m.phase.DeletePartialMatch(prometheus.Labels{"cluster": key})
 	} else {
 		m.byCluster[key] = p
@@ -97,10 +109,32 @@ func oneIf(b bool) float64 {
 
 // setCertificates records when the soonest leaf certificate in certs expires.
 func (m *Metrics) setCertificates(key string, certs []certrenewal.Cert) {
+	m.expMu.Lock()
+	defer m.expMu.Unlock()
 	if c, ok := certrenewal.SoonestLeaf(certs); ok {
 		m.certs.WithLabelValues(key).Set(float64(c.NotAfter.Unix()))
+		m.expiries[key] = c.NotAfter
 	} else {
 		m.certs.DeleteLabelValues(key)
+		delete(m.expiries, key)
+	}
+}
+
+// daysLeftCollector is the days left on each cluster's soonest-expiring leaf, computed
+// at the scrape (a dashboard's number; an alert may use either series).
+type daysLeftCollector struct{ m *Metrics }
+
+var daysLeftDesc = prometheus.NewDesc("socialweb_cluster_certificate_days_left",
+	"Days left until each cluster's soonest-expiring leaf certificate expires, at the scrape (negative: expired).", []string{"cluster"}, nil)
+
+func (c daysLeftCollector) Describe(ch chan<- *prometheus.Desc) { ch <- daysLeftDesc }
+
+func (c daysLeftCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.expMu.Lock()
+	defer c.m.expMu.Unlock()
+	now := c.m.now()
+	for key, at := range c.m.expiries {
+		ch <- prometheus.MustNewConstMetric(daysLeftDesc, prometheus.GaugeValue, at.Sub(now).Hours()/24, key)
 	}
 }
 

@@ -3,9 +3,11 @@ package clusterprovider
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/materialiser"
 )
 
@@ -62,5 +64,31 @@ func TestMetricsHaveTheGoAndProcessCollectors(t *testing.T) {
 		if !have[want] {
 			t.Errorf("no %s", want)
 		}
+	}
+}
+
+// The days left on a cluster's soonest leaf are counted at the scrape, and go with the
+// cluster.
+func TestCertificateDaysLeftAreCountedAtTheScrape(t *testing.T) {
+	m := NewMetrics()
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	m.now = func() time.Time { return t0 }
+	m.setPhase("a/one", materialiser.PhaseReady)
+	m.setCertificates("a/one", []certrenewal.Cert{
+		{Subject: "ca", CA: true, NotAfter: t0.Add(3650 * 24 * time.Hour)},
+		{Subject: "late", NotAfter: t0.Add(300 * 24 * time.Hour)},
+		{Subject: "soon", NotAfter: t0.Add(36 * time.Hour)},
+	})
+	want := `
+# HELP socialweb_cluster_certificate_days_left Days left until each cluster's soonest-expiring leaf certificate expires, at the scrape (negative: expired).
+# TYPE socialweb_cluster_certificate_days_left gauge
+socialweb_cluster_certificate_days_left{cluster="a/one"} 1.5
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "socialweb_cluster_certificate_days_left"); err != nil {
+		t.Fatal(err)
+	}
+	m.setPhase("a/one", "")
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(""), "socialweb_cluster_certificate_days_left"); err != nil {
+		t.Fatal(err)
 	}
 }
