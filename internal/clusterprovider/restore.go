@@ -13,20 +13,22 @@ import (
 	"socialweb.computer/kcp/internal/clusterstack"
 )
 
-// A restore is staged by the operator (socialweb-kcp restore) before the Cluster is
-// declared: the archive opened and checked, its files under RestoreDirOf(dataRoot, name),
-// root's and 0700. The cluster's first bring-up then
+// A restore is staged by the operator (socialweb-kcp restore) for a Cluster it declared
+// parked (or found parked with its data lost), which it then sets running: the archive
+// opened and checked, its files under RestoreDirOf(dataRoot, name), root's and 0700. The
+// cluster's first bring-up then
 //
 //  1. places the identity files the restore carries (backup.Carried: all of them into the
-//     cluster's own name, only the encryption-at-rest key into another) in the fresh
-//     DataDir, before its credentials are minted from them;
+//     cluster's own name, only the encryption-at-rest key into another) in the DataDir,
+//     before its credentials are minted from them (placeRestoredIdentity);
 //  2. loads the datastore's dump into its fresh kine database, in one transaction, before
 //     the identity guard writes the cluster's identity there and kine starts (the dump
 //     holds kine's table alone, never another cluster's identity);
 //  3. removes the staging once the cluster is Ready.
 //
 // A bring-up that fails between them leaves the staging: the next one finds the identity
-// placed and the table loaded, and does neither again.
+// placed (marked) and the table loaded, and does neither again. The Cluster's deletion
+// removes a staging never brought up (DropRestore).
 
 // RestoreDirOf is where a restore of cluster name is staged under dataRoot.
 func RestoreDirOf(dataRoot, name string) string { return filepath.Join(dataRoot, "restores", name) }
