@@ -213,7 +213,7 @@ func restoreCmd(g *globals) *cobra.Command {
 			if err := os.RemoveAll(staged); err != nil { // an earlier attempt's, never brought up: the Cluster is parked
 				return undo(err)
 			}
-			if err := stage(staged, c); err != nil {
+			if err := backup.Stage(staged, c); err != nil {
 				return undo(err)
 			}
 			if err := f.setRunning(ctx, name, true); err != nil {
@@ -266,53 +266,6 @@ func restoreCmd(g *globals) *cobra.Command {
 
 func addKeyFlag(cmd *cobra.Command, dst *string) {
 	cmd.Flags().StringVar(dst, "key-file", "", "the backup key: a file only its owner reads (else env "+backup.KeyEnv+"; never a flag's value)")
-}
-
-// stage writes an opened backup where the provider's bring-up finds it: a directory of
-// root's, 0700, made whole under a temporary name, written to disk, and renamed into place
-// (the rename written too), so the provider sees all of it or nothing, after a power cut
-// as well.
-func stage(dir string, c backup.Contents) error {
-	parent := filepath.Dir(dir)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return err
-	}
-	if err := atomicfile.SyncDir(filepath.Dir(parent)); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp(parent, filepath.Base(dir)+".new-")
-	if err != nil {
-		return err
-	}
-	write := func() error {
-		mb, err := json.Marshal(c.Manifest)
-		if err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(filepath.Join(tmp, "manifest.json"), mb, 0o600); err != nil {
-			return err
-		}
-		for n, b := range c.Files { // names backup.Open allows: datastore.sql, identity/*
-			path := filepath.Join(tmp, n)
-			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-				return err
-			}
-			if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
-				return err
-			}
-		}
-		if err := atomicfile.SyncDir(tmp); err != nil { // the identity/ entry
-			return err
-		}
-		if err := os.Rename(tmp, dir); err != nil {
-			return err
-		}
-		return atomicfile.SyncDir(parent)
-	}
-	if err := write(); err != nil {
-		return errors.Join(fmt.Errorf("stage the restore in %s: %w", dir, err), os.RemoveAll(tmp))
-	}
-	return nil
 }
 
 // hostVersions is the Kubernetes this host runs: the front's (the provider runs every

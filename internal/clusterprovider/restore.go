@@ -2,13 +2,10 @@ package clusterprovider
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
-	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/backup"
 	"socialweb.computer/kcp/internal/clusterstack"
 )
@@ -35,79 +32,38 @@ func RestoreDirOf(dataRoot, name string) string { return filepath.Join(dataRoot,
 
 func (p *Provider) restoreDir(name string) string { return RestoreDirOf(p.cfg.DataRoot, name) }
 
+// DropRestore removes a restore staged for cluster name, if any: its Cluster is deleted.
+func (p *Provider) DropRestore(name string) error { return os.RemoveAll(p.restoreDir(name)) }
+
 // stagedRestore is the manifest of the restore staged for cluster name; false when none
 // is.
 func (p *Provider) stagedRestore(name string) (backup.Manifest, bool, error) {
-	b, err := os.ReadFile(filepath.Join(p.restoreDir(name), "manifest.json"))
-	if errors.Is(err, os.ErrNotExist) {
-		return backup.Manifest{}, false, nil
-	}
+	m, ok, err := backup.Staged(p.restoreDir(name))
 	if err != nil {
-		return backup.Manifest{}, false, err
+		return m, ok, fmt.Errorf("restore of %s: %w", name, err)
 	}
-	var m backup.Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return backup.Manifest{}, false, fmt.Errorf("restore of %s: manifest: %w", name, err)
-	}
-	return m, true, nil
+	return m, ok, nil
 }
 
-// placeRestoredIdentity puts the identity files a staged restore carries into the
-// DataDir, 0600, before anything is minted from them, then marks them placed
-// (Layout.RestorePlaced). A bring-up cut short before the mark places all of them again: a
-// DataDir never holds some of the backup's identity and some minted anew (a CA without
-// its key, an encryption key the restored Secrets were not written with). Once marked they
-// are left as they are, with what was minted from them.
+// placeRestoredIdentity places the identity the staged restore carries in s's DataDir.
 func (p *Provider) placeRestoredIdentity(s clusterstack.Spec, m backup.Manifest) error {
-	l := s.Layout()
-	if exists(l.RestorePlaced()) {
-		return nil
+	if err := backup.PlaceIdentity(p.restoreDir(s.Name), m, s.Name, s.Layout()); err != nil {
+		return fmt.Errorf("restore of %s: %w", s.Name, err)
 	}
-	// Minting comes only after the mark: minted files without it are another bring-up's,
-	// made without the restore (it began before the restore was staged).
-	if exists(l.AdminKubeconfig()) {
-		return fmt.Errorf("restore of %s: its DataDir was made without the restore staged for it; remove the cluster (socialweb-kcp down %s) and restore again", s.Name, s.Name)
-	}
-	dests := backup.IdentityFiles(l)
-	for _, f := range backup.Carried(m.Cluster, s.Name) {
-		b, err := os.ReadFile(filepath.Join(p.restoreDir(s.Name), f))
-		if err != nil {
-			return fmt.Errorf("restore of %s: %w", s.Name, err)
-		}
-		if err := atomicfile.WriteFile(dests[f], b, 0o600); err != nil {
-			return fmt.Errorf("restore of %s: %w", s.Name, err)
-		}
-	}
-	return atomicfile.WriteFile(l.RestorePlaced(), []byte(m.Cluster+"\n"), 0o600)
+	return nil
 }
-
-// DropRestore removes a restore staged for cluster name, if any: its Cluster is deleted.
-func (p *Provider) DropRestore(name string) error { return os.RemoveAll(p.restoreDir(name)) }
 
 // finishRestore removes the staging and the mark once the cluster is Ready on the
 // restored data.
 func (p *Provider) finishRestore(s clusterstack.Spec) error {
-	if err := os.RemoveAll(p.restoreDir(s.Name)); err != nil {
-		return err
-	}
-	return os.Remove(s.Layout().RestorePlaced())
+	return backup.Finish(p.restoreDir(s.Name), s.Layout())
 }
 
-// loadRestoredDatastore loads the staged dump into the cluster's kine database, unless
-// kine's table is there already (an earlier attempt loaded it). It runs as kine's role,
-// so the table is kine's, as one kine made would be.
+// loadRestoredDatastore loads the staged dump into the cluster's kine database
+// (backup.LoadStaged).
 func loadRestoredDatastore(ctx context.Context, s clusterstack.Spec, dir string) error {
-	d := datastoreOf(s)
-	has, err := d.HasTable(ctx)
-	if err != nil || has {
-		return err
-	}
-	sql, err := os.ReadFile(filepath.Join(dir, backup.DatastoreFile))
-	if err != nil {
+	if err := backup.LoadStaged(ctx, datastoreOf(s), dir); err != nil {
 		return fmt.Errorf("restore: %w", err)
-	}
-	if err := d.Load(ctx, sql); err != nil {
-		return fmt.Errorf("restore: load the datastore: %w", err)
 	}
 	return nil
 }
