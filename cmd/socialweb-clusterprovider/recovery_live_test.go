@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -117,6 +119,22 @@ spec: {cluster: two, nodeID: n2, guest: real}
 	t.Run("kill -9 of the provider, then a restart", func(t *testing.T) {
 		programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "socialweb-guest"), filepath.Join(bin, "kine"), apiserver, filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
 		before, _ := processrunner.FindByMarker(root+"/", programs)
+		// Every status the front holds while the provider dies and adopts is watched: a
+		// Ready cluster keeps its URL throughout (the adopting run once wrote Ready with
+		// none, before it had the group in hand).
+		var seen bytes.Buffer
+		watch := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", filepath.Join(root, "operator.kubeconfig"),
+			"get", "clusters", "--watch", "--output-watch-events", "-o", `jsonpath={.object.metadata.name} {.object.status.phase} url={.object.status.url}{"\n"}`)
+		watch.Stdout = &seen
+		if err := watch.Start(); err != nil {
+			t.Fatal(err)
+		}
+		stopWatch := func() string {
+			watch.Process.Kill()
+			watch.Wait()
+			return seen.String()
+		}
+		defer stopWatch()
 		r.Cmd.Process.Signal(syscall.SIGKILL)
 		r.Cmd.Wait()
 		var metricsURL string
@@ -130,6 +148,13 @@ spec: {cluster: two, nodeID: n2, guest: real}
 		})
 		waitPhase("one", "Ready")
 		waitPhase("two", "Ready")
+		statuses := stopWatch()
+		for _, line := range strings.Split(strings.TrimSpace(statuses), "\n") {
+			if strings.HasSuffix(line, " Ready url=") {
+				t.Errorf("a Ready status without a URL while the provider adopted: %q", line)
+			}
+		}
+		t.Logf("statuses watched across the restart:\n%s", statuses)
 		nodeReady()
 		for _, name := range []string{"two-n1", "two-n2"} {
 			n, err := tenant("two").CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

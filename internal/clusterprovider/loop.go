@@ -1095,9 +1095,17 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 			status.LastActive = &metav1.Time{Time: last.Truncate(time.Second)}
 		}
 	}
-	if c != nil && r.Phase == materialiser.PhaseReady {
+	switch {
+	case r.Phase != materialiser.PhaseReady:
+	case c != nil:
 		status.URL = c.URL
 		status.Nodes = int32(nodes)
+	default:
+		// Ready with no group in hand: a restarted provider adopting it, or a restart
+		// (renewal, upgrade) that began after this pass observed. Either way it runs, or
+		// comes back, at its leased port: the URL it had stays (a Ready status without
+		// one sent a client reading it nowhere).
+		status.URL, status.Nodes = cl.Status.URL, cl.Status.Nodes
 	}
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: r.Ready.Reason, Message: r.Ready.Message, ObservedGeneration: cl.Generation}
 	if r.Ready.Status {

@@ -265,42 +265,37 @@ func (s *Server) pipe(client, backend net.Conn, cluster string, a *activity) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		io.Copy(countingWriter{backend, in}, &activityReader{r: client, a: a})
+		io.Copy(backend, &countingReader{r: client, add: in, a: a})
 		closeWrite(backend)
 	}()
 	go func() {
 		defer wg.Done()
-		io.Copy(countingWriter{client, out}, backend)
+		io.Copy(client, &countingReader{r: backend, add: out})
 		closeWrite(client)
 	}()
 	wg.Wait()
 }
 
-// activityReader stamps the time of every read that returned bytes: a client sending is
-// a cluster in use. An atomic store per read is all it costs.
-type activityReader struct {
-	r io.Reader
-	a *activity
-}
-
-func (r *activityReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if n > 0 {
-		r.a.last.Store(time.Now().UnixNano())
-	}
-	return n, err
-}
-
-// countingWriter adds what it writes to a counter (none when add is nil).
-type countingWriter struct {
-	w   io.Writer
+// countingReader counts what it reads (no counter when add is nil) and, with an activity,
+// stamps the time of every read that returned bytes: a client sending is a cluster in use.
+// The count is taken when the bytes are read, before they are passed on, so the far side
+// cannot see them before the counter does (counting after the write raced a client that
+// reads the metric right after its answer).
+type countingReader struct {
+	r   io.Reader
 	add func(float64)
+	a   *activity
 }
 
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	if c.add != nil && n > 0 {
-		c.add(float64(n))
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		if c.add != nil {
+			c.add(float64(n))
+		}
+		if c.a != nil {
+			c.a.last.Store(time.Now().UnixNano())
+		}
 	}
 	return n, err
 }
