@@ -19,10 +19,15 @@ const (
 	TeardownFinalizer = "cluster.socialweb.computer/teardown"
 	// NodeFinalizer keeps a deleted Node until its guest is gone.
 	NodeFinalizer = "node.socialweb.computer/teardown"
+	// InstanceLabel binds a Cluster to the provider instance that runs it: set once, by
+	// that instance, in a write that carries the Cluster's resourceVersion, so two
+	// instances never both bind one Cluster. Only the bound instance touches it.
+	InstanceLabel = "socialweb.computer/instance"
 )
 
 // Cluster phases (status.phase).
 const (
+	PhasePending      = "Pending" // no instance has taken it yet (condition Ready says why)
 	PhaseInitializing = "Initializing"
 	PhaseReady        = "Ready"
 	PhaseUnavailable  = "Unavailable"
@@ -78,6 +83,15 @@ type ClusterSpec struct {
 	// Guest is the kind of guest its Nodes get when theirs is unset: "kwok" (the default)
 	// or "real".
 	Guest string `json:"guest,omitempty"`
+	// Placement narrows where the cluster may run; unset: the instance with the most room.
+	Placement *ClusterPlacement `json:"placement,omitempty"`
+}
+
+// ClusterPlacement is where a Cluster may be placed.
+type ClusterPlacement struct {
+	// Instance names the one provider instance (serve --instance) that may take it; the
+	// Cluster waits, Pending with a reason, while that instance is full or gone.
+	Instance string `json:"instance,omitempty"`
 }
 
 // ClusterResources are a cluster's limits, as Kubernetes quantities.

@@ -25,6 +25,7 @@ import (
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/frontevents"
+	"socialweb.computer/kcp/internal/instancelease"
 	"socialweb.computer/kcp/internal/sdnotify"
 )
 
@@ -42,6 +43,8 @@ type serveOptions struct {
 	frontDoorAddr, baseDomain string
 	frontDoorPort             int
 	sleepAfter                time.Duration
+	// Many instances on one front: this one's name and how many Clusters it takes.
+	instance, capacity string
 }
 
 func serveCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -70,6 +73,8 @@ func serveCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.frontDoorAddr, "front-door", "", "serve every tenant apiserver on this one address (host:port, such as 0.0.0.0:6443), routed by TLS server name <cluster>.<base-domain>; needs --base-domain")
 	fs.StringVar(&o.baseDomain, "base-domain", "", "the DNS domain under which each cluster is <cluster>.<base-domain> at the front door")
 	fs.DurationVar(&o.sleepAfter, "sleep-after", 0, "sleep a cluster that sets no spec.sleepAfter after this long without a request through the front door (such as 15m); 0: never. Needs --front-door, which wakes it")
+	fs.StringVar(&o.instance, "instance", defaultInstance(), "this serve's name among the instances that share the front (one per host): the Clusters bound to it are the ones it runs")
+	fs.StringVar(&o.capacity, "capacity", "", "how many Clusters this instance takes, as clusters=N (0: none new, a drain); placement gives a new Cluster to the instance with the most room. Unset: no cap")
 	fs.IntVar(&o.frontDoorPort, "front-door-port", 0, "the port tenants dial, when it is not the front door's own (a port forwarded to it); 0: the front door's")
 	return cmd
 }
@@ -87,6 +92,13 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	}
 	if o.maxRestarts < 1 {
 		return fmt.Errorf("--max-restarts-at-once: %d; want 1 or more", o.maxRestarts)
+	}
+	if err := instancelease.ValidateName(o.instance); err != nil {
+		return err
+	}
+	capacity, err := parseCapacity(o.capacity)
+	if err != nil {
+		return err
 	}
 	keep := o.onExit == "keep"
 	log, err := newLogger(o.logFormat, stderr)
@@ -115,7 +127,7 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	defer lock.Release()
 	host, _ := os.Hostname()
 	metrics := clusterprovider.NewMetrics()
-	loop := &clusterprovider.Loop{Instance: host, MaxBringUps: o.maxBringUps, MaxRunning: o.maxRunning, Log: log, Metrics: metrics,
+	loop := &clusterprovider.Loop{Instance: o.instance, MaxBringUps: o.maxBringUps, MaxRunning: o.maxRunning, Log: log, Metrics: metrics,
 		Adopt: o.adopt, KeepOnExit: keep, MaxRestartsAtOnce: o.maxRestarts}
 	cfg.OnEvent = loop.StepEvent
 	p, err := clusterprovider.New(cfg)
@@ -198,6 +210,22 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", ml.Addr())
 	loop.Front, loop.Core = dynamic.NewForConfigOrDie(rc), kubernetes.NewForConfigOrDie(rc)
 	loop.Events = frontevents.NewRecorder(loop.Core, "socialweb-clusterprovider", host)
+	release, err := registerInstance(ctx, loop.Core, loop, host+":"+o.dataRoot, capacity)
+	if err != nil {
+		return fmt.Errorf("front: register instance %s: %w", o.instance, err)
+	}
+	defer func() {
+		// Before the front's own stop (deferred earlier, so run later): placement stops
+		// counting on this instance at once. A stop that keeps the clusters running keeps
+		// the Lease for the next serve to renew.
+		if !keep {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := release(rctx); err != nil {
+				log.Warn("instance lease not released; it expires", "instance", o.instance, "err", err)
+			}
+		}
+	}()
 	defer loop.Events.Shutdown() // after the loop's end: its stop records too
 	loop.OnServing = func() { notify(loop.Log, sdnotify.Ready+"\nSTATUS=serving Clusters") }
 	var door *frontdoor.Server

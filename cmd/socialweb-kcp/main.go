@@ -114,7 +114,7 @@ Exit codes: 0 done, 1 failed, 2 bad usage, 3 a wait timed out.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.kubeconfig, "kubeconfig", defaultKubeconfig(), "the front's kubeconfig (env SOCIALWEB_KCP_KUBECONFIG; default <data-root>/operator.kubeconfig, which serve writes)")
 	pf.StringVarP(&g.namespace, "namespace", "n", "default", "the front namespace (the tenant) the clusters are declared in")
-	root.AddCommand(upCmd(g), downCmd(g), parkCmd(g), lsCmd(g), statusCmd(g), kubeconfigCmd(g), nodesCmd(g), auditCmd(g), certsCmd(g), backupCmd(g), restoreCmd(g), imagesCmd(g), versionCmd(g))
+	root.AddCommand(upCmd(g), downCmd(g), parkCmd(g), lsCmd(g), statusCmd(g), kubeconfigCmd(g), nodesCmd(g), auditCmd(g), certsCmd(g), backupCmd(g), restoreCmd(g), hostsCmd(g), imagesCmd(g), versionCmd(g))
 	return root
 }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 
 	"socialweb.computer/kcp/internal/frontdoor"
@@ -69,8 +70,13 @@ func (l *Loop) addressLocked(name string) (string, <-chan struct{}, error) {
 		if l.clusterIndex == nil {
 			return "", l.changed, nil
 		}
-		if declared, err := l.clusterIndex.ByIndex(byName, name); err == nil && len(declared) > 0 {
-			return "", l.changed, nil
+		declared, _ := l.clusterIndex.ByIndex(byName, name)
+		for _, o := range declared {
+			// One bound to another instance runs on another host, whose front door
+			// serves it: this one has no cluster of the name.
+			if m, err := meta.Accessor(o); err == nil && (boundTo(m) == "" || boundTo(m) == l.Instance) {
+				return "", l.changed, nil
+			}
 		}
 		return "", nil, fmt.Errorf("cluster %s: %w", name, frontdoor.ErrUnknownCluster)
 	}

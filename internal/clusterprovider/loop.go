@@ -58,7 +58,11 @@ type Loop struct {
 	P        *Provider
 	Front    dynamic.Interface
 	Core     kubernetes.Interface // the front's Secrets (the delivered kubeconfigs)
-	Instance string               // status.instance: which provider runs the clusters
+	Instance string               // this instance's name: the Clusters bound to it are its own (binding.go)
+	// Instances, when set, is every instance's Lease on the front: placement reads it to
+	// decide which instance takes a new Cluster. Nil: this loop is the only instance.
+	Instances Instances
+	bind      binding
 	// MaxBringUps bounds concurrent bring-ups (default 2: each is CPU-heavy).
 	MaxBringUps int
 	// Adopt takes over, without a restart, the clusters an earlier run left running when
@@ -171,6 +175,9 @@ type runState struct {
 
 // Run serves until ctx ends, then stops every cluster it runs (their data is kept).
 func (l *Loop) Run(ctx context.Context) error {
+	if l.Instance == "" {
+		return errors.New("clusterprovider: Loop.Instance is empty: it names what is bound to this instance")
+	}
 	if l.MaxBringUps <= 0 {
 		l.MaxBringUps = 2
 	}
@@ -208,7 +215,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	// Indexes, so that a pass reads the Clusters of one name and the Nodes of one cluster,
 	// not every object on the front.
-	if err := clusters.Informer().AddIndexers(cache.Indexers{byName: indexByName}); err != nil {
+	if err := clusters.Informer().AddIndexers(cache.Indexers{byName: indexByName, byInstance: indexByInstance}); err != nil {
 		return err
 	}
 	if err := nodes.Informer().AddIndexers(cache.Indexers{byCluster: func(obj any) ([]string, error) {
@@ -419,6 +426,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	if apierrors.IsNotFound(err) {
 		l.observePhase(key, "", 0)
 		l.forget(key, name)
+		l.forgetBinding(key)
 		return 0, nil // gone: its finalizer saw to the teardown
 	}
 	if err != nil {
@@ -440,8 +448,14 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	for _, o := range named {
 		all = append(all, o.(runtime.Object))
 	}
+	if b := boundTo(u); b != "" && b != l.Instance {
+		return 0, nil // another instance's: it alone touches it
+	}
 	if owner := NameOwner(all, cl.Name); owner != key {
 		return 0, l.refuseName(ctx, &cl, owner)
+	}
+	if boundTo(u) == "" {
+		return l.place(ctx, u, &cl)
 	}
 	l.syncDoorNames()
 	st := l.st(key)
@@ -1077,7 +1091,11 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 		progress = st.progress
 	}
 	l.mu.Unlock()
-	status := v1alpha1.ClusterStatus{Phase: string(r.Phase), Instance: l.Instance, Conditions: slices.Clone(cl.Status.Conditions),
+	instance := "" // a Cluster no instance took yet (refused its name) is no instance's
+	if cl.Labels[v1alpha1.InstanceLabel] == l.Instance {
+		instance = l.Instance
+	}
+	status := v1alpha1.ClusterStatus{Phase: string(r.Phase), Instance: instance, Conditions: slices.Clone(cl.Status.Conditions),
 		LastActive: cl.Status.LastActive, LastWake: cl.Status.LastWake,
 		CertificatesIssued: cl.Status.CertificatesIssued, CertificatesExpire: cl.Status.CertificatesExpire}
 	if issued != nil {

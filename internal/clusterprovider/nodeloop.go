@@ -44,6 +44,11 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 	var owner *unstructured.Unstructured
 	if cobj, err := l.lister.ByNamespace(ns).Get(n.Spec.Cluster); err == nil {
 		owner = cobj.(*unstructured.Unstructured)
+		if boundTo(owner) != l.Instance {
+			// Another instance's cluster, or one not placed yet: its Nodes are that
+			// instance's (the cluster's passes enqueue them once it runs here).
+			return 0, nil
+		}
 		o.ClusterExists, o.ClusterDeleting = true, owner.GetDeletionTimestamp() != nil
 	} else if !apierrors.IsNotFound(err) {
 		return 0, err

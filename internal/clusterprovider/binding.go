@@ -1,0 +1,190 @@
+package clusterprovider
+
+import (
+	"context"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/cgroups"
+	"socialweb.computer/kcp/internal/instancelease"
+	"socialweb.computer/kcp/internal/placement"
+)
+
+// Several instances (one serve per host) may share one front. Each Cluster is bound to
+// one of them by the label v1alpha1.InstanceLabel, and only that instance touches it: its
+// finalizer, status, processes, data. Binding is pull: an instance binds a Cluster only to
+// itself, when placement (a pure function of the same view every instance reads) names
+// it, in an update that carries the Cluster's resourceVersion, so of two instances that
+// both decide to take a Cluster one write fails, and an instance's count of what is bound
+// to it, which it alone raises, never runs past its capacity.
+
+// Instances is the front's view of the provider instances: their Leases
+// (instancelease.List). Nil: this loop is the only instance, and binds every Cluster to
+// itself.
+type Instances func(ctx context.Context) ([]instancelease.Lease, error)
+
+// placeAgain is how soon a Cluster that was not bound here is looked at again: the
+// instance placement named may never take it (its view differs, or it is gone), and room
+// frees up elsewhere without an event on this Cluster.
+const placeAgain = 5 * time.Second
+
+// instancesTTL is how long a read of the instances' Leases serves the passes that follow:
+// a burst of new Clusters reads the front once, not once each.
+const instancesTTL = time.Second
+
+// binding is what a loop keeps of its bindings: the Clusters it bound that its informer
+// may not show bound yet, and the last read of the instances.
+type binding struct {
+	mu      sync.Mutex
+	pending map[string]bool // namespace/name
+	read    time.Time
+	leases  []instancelease.Lease
+}
+
+// boundTo is the instance a Cluster is bound to; "" when none.
+func boundTo(u metav1.Object) string { return u.GetLabels()[v1alpha1.InstanceLabel] }
+
+// place decides where the unbound Cluster in u goes and, when it is here, binds it. A
+// Cluster an earlier version of the provider ran here (its status names this instance,
+// or its data is on this host) is bound here without a decision: a local datastore pins
+// its cluster to its host, and an upgrade must not move it. It returns when to look again.
+func (l *Loop) place(ctx context.Context, u *unstructured.Unstructured, cl *v1alpha1.Cluster) (time.Duration, error) {
+	key := cl.Namespace + "/" + cl.Name
+	if cl.DeletionTimestamp != nil && len(cl.Finalizers) == 0 {
+		return 0, nil // nothing was made for it: it goes by itself
+	}
+	l.bind.mu.Lock()
+	defer l.bind.mu.Unlock() // one decision at a time: what it counts as bound here is exact
+	_, err := os.Stat(l.P.DataDir(cl.Name))
+	here := cl.Status.Instance == l.Instance || err == nil || l.Instances == nil
+	if !here {
+		view, err := l.instanceView(ctx)
+		if err != nil {
+			return 0, err
+		}
+		d := placement.Place(view, needOf(cl.Spec))
+		switch d.Instance {
+		case l.Instance:
+			here = true
+		case "":
+			l.unplaced(ctx, cl, d)
+			return placeAgain, nil
+		default:
+			return placeAgain, nil // the instance named takes it; looked at again in case it does not
+		}
+	}
+	b := u.DeepCopy()
+	labels := b.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[v1alpha1.InstanceLabel] = l.Instance
+	b.SetLabels(labels)
+	if _, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		return 0, err // a conflict: another instance bound it, or it changed; the event brings the next pass
+	}
+	if l.bind.pending == nil {
+		l.bind.pending = map[string]bool{}
+	}
+	l.bind.pending[key] = true
+	l.Log.Info("bound here", "cluster", key, "instance", l.Instance)
+	return 0, nil
+}
+
+// instanceView is every instance for placement: its Lease (read at most once per
+// instancesTTL) and the Clusters bound to it now, this instance's own binds included
+// before its informer shows them. l.bind.mu is held.
+func (l *Loop) instanceView(ctx context.Context) ([]placement.Instance, error) {
+	now := time.Now()
+	if now.Sub(l.bind.read) > instancesTTL {
+		leases, err := l.Instances(ctx)
+		if err != nil {
+			return nil, err
+		}
+		l.bind.leases, l.bind.read = leases, now
+	}
+	view := make([]placement.Instance, 0, len(l.bind.leases))
+	for _, ls := range l.bind.leases {
+		bound, _ := l.clusterIndex.ByIndex(byInstance, ls.Name)
+		n := len(bound)
+		if ls.Name == l.Instance {
+			for key := range l.bind.pending {
+				if !containsKey(bound, key) {
+					n++
+				}
+			}
+		}
+		view = append(view, ls.Instance(now, n))
+	}
+	return view, nil
+}
+
+func containsKey(objs []any, key string) bool {
+	for _, o := range objs {
+		if m, err := meta.Accessor(o); err == nil && m.GetNamespace()+"/"+m.GetName() == key {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetBinding drops what is kept of a Cluster that is gone.
+func (l *Loop) forgetBinding(key string) {
+	l.bind.mu.Lock()
+	delete(l.bind.pending, key)
+	l.bind.mu.Unlock()
+}
+
+// needOf is what a Cluster asks of its instance.
+func needOf(spec v1alpha1.ClusterSpec) placement.Need {
+	var n placement.Need
+	if spec.Placement != nil {
+		n.Instance = spec.Placement.Instance
+	}
+	if spec.Resources != nil {
+		n.Memory, _ = cgroups.ParseMemory(spec.Resources.Memory)
+	}
+	return n
+}
+
+// unplaced says on a Cluster that no instance takes it, and why. Every instance that
+// decides so writes the same status (no instance in it), so two of them do not flap it.
+func (l *Loop) unplaced(ctx context.Context, cl *v1alpha1.Cluster, d placement.Decision) {
+	status := v1alpha1.ClusterStatus{Phase: v1alpha1.PhasePending, Conditions: slices.Clone(cl.Status.Conditions)}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+		Reason: d.Reason, Message: d.Message, ObservedGeneration: cl.Generation})
+	if equalStatus(cl.Status, status) {
+		return
+	}
+	cl.Status = status
+	if _, err := l.updateStatus(ctx, ClustersResource, cl, &cl.ObjectMeta); err != nil {
+		l.Log.Warn("status not written", "cluster", cl.Namespace+"/"+cl.Name, "err", err)
+		return
+	}
+	l.Log.Info("not placed", "cluster", cl.Namespace+"/"+cl.Name, "reason", d.Reason, "message", d.Message)
+}
+
+// indexByInstance indexes Clusters by the instance they are bound to.
+func indexByInstance(obj any) ([]string, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	if b := boundTo(m); b != "" {
+		return []string{b}, nil
+	}
+	return nil, nil
+}
+
+const byInstance = "byInstance"
+
+// Running is how many clusters have processes on this instance now: what its Lease
+// reports.
+func (l *Loop) Running() int { return len(l.runningClusters()) }
