@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"socialweb.computer/kcp/internal/placement"
 )
 
 // deploy/socialweb-kcp.service runs serve the way its stop and readiness work: serve tells
@@ -65,5 +67,18 @@ func TestTheSystemdUnit(t *testing.T) {
 	// verify exits 0 on many complaints (an unknown KillMode is "ignored"): any output is one.
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Errorf("systemd-analyze verify %s: %v\n%s", unit, err, out)
+	}
+}
+
+func TestParseCapacity(t *testing.T) {
+	for in, want := range map[string]int{"": placement.Unlimited, "clusters=0": 0, "clusters=60": 60} {
+		if got, err := parseCapacity(in); err != nil || got != want {
+			t.Errorf("parseCapacity(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"clusters=-1", "clusters=", "nodes=3", "60", "clusters=many"} {
+		if _, err := parseCapacity(bad); err == nil || !strings.Contains(err.Error(), "--capacity") {
+			t.Errorf("parseCapacity(%q): %v; want an error naming --capacity", bad, err)
+		}
 	}
 }

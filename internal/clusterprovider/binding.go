@@ -33,7 +33,7 @@ type Instances func(ctx context.Context) ([]instancelease.Lease, error)
 // placeAgain is how soon a Cluster that was not bound here is looked at again: the
 // instance placement named may never take it (its view differs, or it is gone), and room
 // frees up elsewhere without an event on this Cluster.
-const placeAgain = 5 * time.Second
+const placeAgain = 2 * time.Second
 
 // instancesTTL is how long a read of the instances' Leases serves the passes that follow:
 // a burst of new Clusters reads the front once, not once each.
