@@ -18,7 +18,7 @@ func TestTheTypesMatchTheirSchemas(t *testing.T) {
 	yes := true
 	objs := map[string]any{
 		"clusters.socialweb.computer": Cluster{Spec: ClusterSpec{Account: "a", Running: &yes, MaxNodes: 1, PodsPerNode: 1, SleepAfter: &metav1.Duration{Duration: time.Minute}, CreateAsleep: true, ExtraNames: []string{"api.a.example"}, Guest: "real",
-			Resources: &ClusterResources{Memory: "1Gi", CPU: "500m", Pids: 1000, Objects: 5000}, Placement: &ClusterPlacement{Instance: "host-a"}},
+			Resources: &ClusterResources{Memory: "1Gi", CPU: "500m", Pids: 1000, Objects: 5000}, Placement: &ClusterPlacement{Instance: "host-a"}, Datastore: DatastoreExternal},
 			Status: ClusterStatus{Phase: PhaseReady, URL: "u", Instance: "i", Nodes: 1, Conditions: []metav1.Condition{{Type: "Ready"}}, LastActive: &metav1.Time{}, LastWake: "1s",
 				CertificatesIssued: &metav1.Time{}, CertificatesExpire: &metav1.Time{}}},
 		"nodes.socialweb.computer": Node{Spec: NodeSpec{Cluster: "c", NodeID: "n", Guest: "real"}, Status: NodeStatus{Phase: "Ready", Message: "m", Guest: "g", ProviderID: "p"}},

@@ -85,7 +85,18 @@ type ClusterSpec struct {
 	Guest string `json:"guest,omitempty"`
 	// Placement narrows where the cluster may run; unset: the instance with the most room.
 	Placement *ClusterPlacement `json:"placement,omitempty"`
+	// Datastore is where the cluster's data lives: "local" (the default: a PostgreSQL of
+	// its own on its instance's host, which pins it there) or "external" (a database on the
+	// PostgreSQL server its instances share, serve --external-datastore: when its instance
+	// is lost, another brings it up with its data). Immutable.
+	Datastore string `json:"datastore,omitempty"`
 }
+
+// Datastore flavours (spec.datastore).
+const (
+	DatastoreLocal    = "local"
+	DatastoreExternal = "external"
+)
 
 // ClusterPlacement is where a Cluster may be placed.
 type ClusterPlacement struct {

@@ -39,9 +39,9 @@ func parseCapacity(s string) (int, error) {
 
 // registerInstance puts this serve's Lease on the front and keeps it renewed until ctx
 // ends; the returned release deletes it (on a stop that leaves nothing running).
-func registerInstance(ctx context.Context, core kubernetes.Interface, loop *clusterprovider.Loop, where string, capacity int) (release func(context.Context) error, err error) {
+func registerInstance(ctx context.Context, core kubernetes.Interface, loop *clusterprovider.Loop, where string, capacity int, external bool) (release func(context.Context) error, err error) {
 	h := &instancelease.Holder{Client: core, Name: loop.Instance, Where: where, Log: loop.Log, Report: func() instancelease.Report {
-		return instancelease.Report{Capacity: capacity, Running: loop.Running(), MemoryAvailable: memAvailable()}
+		return instancelease.Report{Capacity: capacity, Running: loop.Running(), MemoryAvailable: memAvailable(), External: external}
 	}}
 	if err := h.Register(ctx); err != nil {
 		return nil, err

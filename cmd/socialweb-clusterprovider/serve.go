@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,6 +24,7 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/externaldb"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/frontevents"
 	"socialweb.computer/kcp/internal/instancelease"
@@ -45,6 +47,9 @@ type serveOptions struct {
 	sleepAfter                time.Duration
 	// Many instances on one front: this one's name and how many Clusters it takes.
 	instance, capacity string
+	// externalDatastore is the file naming the shared PostgreSQL server of clusters whose
+	// spec.datastore is external.
+	externalDatastore string
 }
 
 func serveCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -75,6 +80,7 @@ func serveCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.DurationVar(&o.sleepAfter, "sleep-after", 0, "sleep a cluster that sets no spec.sleepAfter after this long without a request through the front door (such as 15m); 0: never. Needs --front-door, which wakes it")
 	fs.StringVar(&o.instance, "instance", defaultInstance(), "this serve's name among the instances that share the front (one per host): the Clusters bound to it are the ones it runs")
 	fs.StringVar(&o.capacity, "capacity", "", "how many Clusters this instance takes, as clusters=N (0: none new, a drain); placement gives a new Cluster to the instance with the most room. Unset: no cap")
+	fs.StringVar(&o.externalDatastore, "external-datastore", "", "a file (0600) with one line, postgres://ADMIN:PASSWORD@HOST:PORT/DATABASE?sslrootcert=CA-FILE: the PostgreSQL server that holds a database per Cluster with spec.datastore external (such a cluster survives the loss of its host: another instance with the same server brings it up)")
 	fs.IntVar(&o.frontDoorPort, "front-door-port", 0, "the port tenants dial, when it is not the front door's own (a port forwarded to it); 0: the front door's")
 	return cmd
 }
@@ -110,6 +116,20 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = log
+	if o.externalDatastore != "" {
+		ext, err := externaldb.Load(o.externalDatastore)
+		if err != nil {
+			return err
+		}
+		cfg.External = &ext
+		// Checked, not required: a server away now is a condition on its clusters (their
+		// bring-ups fail and are retried), not a reason to stop serving the others.
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		if err := ext.Check(cctx); err != nil {
+			log.Warn("the external datastore does not answer; clusters on it wait for it", "err", err)
+		}
+		cancel()
+	}
 	// The front door's address is bound before anything changes on disk or starts: a
 	// port that cannot be had stops serve here, with nothing to undo.
 	doorLn, err := o.listenFrontDoor()
@@ -210,20 +230,23 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", ml.Addr())
 	loop.Front, loop.Core = dynamic.NewForConfigOrDie(rc), kubernetes.NewForConfigOrDie(rc)
 	loop.Events = frontevents.NewRecorder(loop.Core, "socialweb-clusterprovider", host)
-	release, err := registerInstance(ctx, loop.Core, loop, host+":"+o.dataRoot, capacity)
+	release, err := registerInstance(ctx, loop.Core, loop, host+":"+o.dataRoot, capacity, cfg.External != nil)
 	if err != nil {
 		return fmt.Errorf("front: register instance %s: %w", o.instance, err)
 	}
+	// The Lease goes once nothing runs here, before serve's own front stops: placement
+	// stops counting on this instance at once. A stop that keeps the clusters running
+	// keeps it for the next serve to renew.
+	releaseLease := sync.OnceFunc(func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := release(rctx); err != nil {
+			log.Warn("instance lease not released; it expires", "instance", o.instance, "err", err)
+		}
+	})
 	defer func() {
-		// Before the front's own stop (deferred earlier, so run later): placement stops
-		// counting on this instance at once. A stop that keeps the clusters running keeps
-		// the Lease for the next serve to renew.
 		if !keep {
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := release(rctx); err != nil {
-				log.Warn("instance lease not released; it expires", "instance", o.instance, "err", err)
-			}
+			releaseLease()
 		}
 	}()
 	defer loop.Events.Shutdown() // after the loop's end: its stop records too
@@ -318,6 +341,7 @@ wait:
 	fmt.Fprintln(stdout, "stopping: every cluster (those being brought up too), then the front; data kept; Ctrl-C again forces")
 	cancel()
 	err = <-done
+	releaseLease()
 	if front != nil {
 		err = errors.Join(err, front.Stop())
 	}

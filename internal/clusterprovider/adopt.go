@@ -40,7 +40,10 @@ var errNothingToAdopt = fmt.Errorf("%w: nothing of it runs", ErrNotAdopted)
 func inputsDigest(l clusterstack.Layout) string {
 	h := sha256.New()
 	skip := map[string]bool{l.APIServerCert(): true, l.APIServerKey(): true, l.NodesFile(): true,
-		l.AuditPolicy(): true, l.AdmissionConfig(): true, l.KwokConfig(): true}
+		l.AuditPolicy(): true, l.AdmissionConfig(): true, l.KwokConfig(): true,
+		// An external datastore's password is replaced at every start (the fence), and
+		// kine reads it only when it dials: no reason to restart anything.
+		l.ExternalPGPass(): true, l.ExternalCA(): true}
 	for _, f := range l.ComponentFiles() {
 		if skip[f] {
 			continue

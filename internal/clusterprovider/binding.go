@@ -13,7 +13,9 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/cgroups"
+	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/instancelease"
+	"socialweb.computer/kcp/internal/materialiser"
 	"socialweb.computer/kcp/internal/placement"
 )
 
@@ -151,6 +153,7 @@ func needOf(spec v1alpha1.ClusterSpec) placement.Need {
 	if spec.Resources != nil {
 		n.Memory, _ = cgroups.ParseMemory(spec.Resources.Memory)
 	}
+	n.External = spec.Datastore == v1alpha1.DatastoreExternal
 	return n
 }
 
@@ -188,3 +191,104 @@ const byInstance = "byInstance"
 // Running is how many clusters have processes on this instance now: what its Lease
 // reports.
 func (l *Loop) Running() int { return len(l.runningClusters()) }
+
+// failoverCheck is how often a Cluster bound to another instance is looked at again: an
+// external one is taken over once that instance's Lease has expired.
+const failoverCheck = 2 * time.Second
+
+// boundElsewhere handles a Cluster bound to another instance, owner: what this instance
+// still has of it goes (letGo), and one whose datastore is external is taken over when
+// owner's Lease has expired (its host is gone, or its serve stopped and released it) and
+// placement names this instance. The takeover is a rebind with the Cluster's
+// resourceVersion, so of the live instances one takes it; its bring-up fences owner's
+// processes out of the datastore (externaldb.Server.Take), should they still run.
+func (l *Loop) boundElsewhere(ctx context.Context, u *unstructured.Unstructured, cl *v1alpha1.Cluster, owner string) (time.Duration, error) {
+	key := cl.Namespace + "/" + cl.Name
+	if again, err := l.letGo(key, cl, owner); again > 0 || err != nil {
+		return again, err
+	}
+	if cl.Spec.Datastore != v1alpha1.DatastoreExternal || l.Instances == nil || (cl.DeletionTimestamp != nil && len(cl.Finalizers) == 0) {
+		return 0, nil // a local datastore pins its cluster to its host
+	}
+	l.bind.mu.Lock()
+	defer l.bind.mu.Unlock()
+	view, err := l.instanceView(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, in := range view {
+		if in.Name == owner && in.Live {
+			return failoverCheck, nil
+		}
+	}
+	if d := placement.Place(view, needOf(cl.Spec)); d.Instance != l.Instance {
+		return failoverCheck, nil // another live instance takes it, or none can yet
+	}
+	b := u.DeepCopy()
+	labels := b.GetLabels()
+	labels[v1alpha1.InstanceLabel] = l.Instance
+	b.SetLabels(labels)
+	if _, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		return 0, err // a conflict: another instance took it first
+	}
+	if l.bind.pending == nil {
+		l.bind.pending = map[string]bool{}
+	}
+	l.bind.pending[key] = true
+	l.Metrics.failovers.Inc()
+	l.Log.Info("taken over: its instance's lease expired", "cluster", key, "from", owner, "instance", l.Instance)
+	return 0, nil
+}
+
+// letGo stops and forgets what this instance has of a Cluster bound to another one: its
+// processes (a run that was fenced out, or one killed whose survivors a restart finds),
+// its port, and, for an external datastore, its DataDir, which is only a copy here (the
+// data is on the server, the identity on the front). The external data itself is never
+// touched. A bring-up under way is waited for.
+func (l *Loop) letGo(key string, cl *v1alpha1.Cluster, owner string) (time.Duration, error) {
+	l.mu.Lock()
+	st := l.state[key]
+	var c *Cluster
+	if st != nil {
+		if st.group == materialiser.GroupStarting {
+			l.mu.Unlock()
+			return time.Second, nil
+		}
+		c = st.cluster
+		st.cluster, st.group, st.stopping = nil, materialiser.GroupAbsent, true
+		l.signalLocked()
+	}
+	l.mu.Unlock()
+	log := l.Log.With("cluster", key, "boundTo", owner)
+	if c != nil {
+		log.Info("bound to another instance now: stopping what runs of it here; its data is not touched")
+		if err := c.Stop(); err != nil {
+			return 0, err
+		}
+	}
+	_, err := os.Stat(l.P.DataDir(cl.Name))
+	dataHere := err == nil
+	if port := l.leaseOf(cl.Name); port != 0 || dataHere && cl.Spec.Datastore == v1alpha1.DatastoreExternal {
+		if err := l.P.ReapSurvivorsOf(cl.Name); err != nil {
+			return 0, err
+		}
+		if port != 0 {
+			if err := l.P.Leases().Release(port, leaseHolder(clusterstack.Spec{Name: cl.Name})); err != nil {
+				return 0, err
+			}
+		}
+		if dataHere && cl.Spec.Datastore == v1alpha1.DatastoreExternal {
+			if err := l.P.RemoveDataDir(cl.Name); err != nil {
+				return 0, err
+			}
+		}
+		log.Info("let go of what was left of it here", "port", port)
+	}
+	if st != nil {
+		l.mu.Lock()
+		st.stopping = false
+		l.mu.Unlock()
+		l.forget(key, cl.Name)
+	}
+	return 0, nil
+}

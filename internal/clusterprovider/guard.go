@@ -12,6 +12,7 @@ import (
 
 	"socialweb.computer/kcp/internal/atomicfile"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/externaldb"
 	"socialweb.computer/kcp/internal/pki"
 	"socialweb.computer/kcp/internal/procgroup"
 )
@@ -131,6 +132,56 @@ func prepareDatastore(ctx context.Context, s clusterstack.Spec) error {
 	return nil
 }
 
+// kineConnect dials the datastore as kine does: its role, its database, its password;
+// on the external server when the cluster's datastore is there.
+func kineConnect(ctx context.Context, s clusterstack.Spec, ext *externaldb.Server) (*pgx.Conn, error) {
+	if e := s.External; e != nil {
+		if ext == nil {
+			return nil, errNoExternalDatastore
+		}
+		pw, err := kinePassword(s.Layout().ExternalPGPass())
+		if err != nil {
+			return nil, err
+		}
+		return ext.Connect(ctx, e.Role, pw, e.Database)
+	}
+	pw, err := kinePassword(s.Layout().KinePGPass())
+	if err != nil {
+		return nil, err
+	}
+	return pgConnect(ctx, s, clusterstack.KineRole, clusterstack.KineDatabase, pw)
+}
+
+// errNoExternalDatastore: a cluster's datastore is external and this provider has none.
+var errNoExternalDatastore = errors.New("the cluster's datastore is external, and this instance has no external datastore (serve --external-datastore)")
+
+// takeExternal takes the cluster's database on the external server over for this
+// bring-up (externaldb.Server.Take, the fence) and writes what kine dials it with: the
+// new password, and the CA that verifies the server, both readable by kine's user only.
+func takeExternal(ctx context.Context, s clusterstack.Spec, ext *externaldb.Server, as runAs) error {
+	if ext == nil {
+		return errNoExternalDatastore
+	}
+	l := s.Layout()
+	ca, err := os.ReadFile(ext.RootCA)
+	if err != nil {
+		return fmt.Errorf("external datastore: its CA: %w", err)
+	}
+	pw, err := ext.Take(ctx, externaldb.Tenant{Database: s.External.Database, Role: s.External.Role})
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(l.ExternalCA(), ca, 0o600); err != nil {
+		return err
+	}
+	// libpq passfile: host:port:database:user:password; the server is kine's only one.
+	line := fmt.Sprintf("*:*:%s:%s:%s\n", s.External.Database, s.External.Role, pw)
+	if err := atomicfile.WriteFile(l.ExternalPGPass(), []byte(line), 0o600); err != nil {
+		return err
+	}
+	return as.own(s)
+}
+
 // kinePassword reads the password field of kine's passfile.
 func kinePassword(path string) (string, error) {
 	b, err := os.ReadFile(path)
@@ -146,12 +197,8 @@ func kinePassword(path string) (string, error) {
 
 // guardIdentity is the identity guard (invariant 9): through the very DSN kine dials, it
 // writes this cluster's identity into a fresh datastore, and refuses one holding another's.
-func guardIdentity(ctx context.Context, s clusterstack.Spec, id Identity) error {
-	pw, err := kinePassword(s.Layout().KinePGPass())
-	if err != nil {
-		return err
-	}
-	conn, err := pgConnect(ctx, s, clusterstack.KineRole, clusterstack.KineDatabase, pw)
+func guardIdentity(ctx context.Context, s clusterstack.Spec, ext *externaldb.Server, id Identity) error {
+	conn, err := kineConnect(ctx, s, ext)
 	if err != nil {
 		return err
 	}

@@ -168,6 +168,9 @@ type runState struct {
 	stopping    bool       // an OpStop is stopping its cluster: no stale restart may begin
 	np          NodePolicy // the policy of its last bring-up: a restart brings it up again with it
 	restarting  *Cluster   // the running cluster a restart is scheduled for (stale, or to read renewed credentials)
+	// identitySaved: its identity is on the front, for another instance to bring it up
+	// with (an external datastore's cluster; external.go).
+	identitySaved bool
 	// certsIssued and certsExpire are its status' certificatesIssued and certificatesExpire
 	// as this run last read them; nil: not read by this run (the status keeps its own).
 	certsIssued, certsExpire *metav1.Time
@@ -449,7 +452,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		all = append(all, o.(runtime.Object))
 	}
 	if b := boundTo(u); b != "" && b != l.Instance {
-		return 0, nil // another instance's: it alone touches it
+		return l.boundElsewhere(ctx, u, &cl, b) // another instance's: it alone touches it
 	}
 	if owner := NameOwner(all, cl.Name); owner != key {
 		return 0, l.refuseName(ctx, &cl, owner)
@@ -510,6 +513,14 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	l.mu.Lock()
 	c, up := st.cluster, st.group == materialiser.GroupUp
 	l.mu.Unlock()
+	if up && c != nil && !st.identitySaved {
+		if err := l.saveIdentity(ctx, &cl); err != nil {
+			return 0, fmt.Errorf("keep its identity on the front: %w", err)
+		}
+		l.mu.Lock()
+		st.identitySaved = true
+		l.mu.Unlock()
+	}
 	if up && c != nil {
 		// An extra name given while it runs: the certificate is minted again and the
 		// apiserver reloads it; a bring-up mints with the names of its time.
@@ -651,6 +662,16 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 			if err := l.P.DropRestore(cl.Name); err != nil {
 				return err
 			}
+			// An external datastore outlives any host: it goes with its Cluster, last,
+			// once nothing runs that could write to it.
+			if cl.Spec.Datastore == v1alpha1.DatastoreExternal {
+				if err := l.P.DropExternal(ctx, string(cl.UID)); err != nil {
+					return err
+				}
+				if err := l.deleteIdentity(ctx, cl); err != nil {
+					return err
+				}
+			}
 		}
 		return l.setFinalizer(ctx, ClustersResource, &cl.ObjectMeta, v1alpha1.TeardownFinalizer, op == materialiser.OpAddFinalizer, nil)
 	case materialiser.OpBringUp:
@@ -661,13 +682,13 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 			l.mu.Unlock()
 			return errHostFull
 		}
-		st.group, st.lastAttempt, st.progress, st.np = materialiser.GroupStarting, time.Now(), nil, PolicyOf(cl.Spec)
+		st.group, st.lastAttempt, st.progress, st.np = materialiser.GroupStarting, time.Now(), nil, policyOf(cl)
 		adopt := l.Adopt && l.leaseOf(cl.Name) != 0 // nothing runs of a cluster that holds no port
 		st.adopting = adopt
 		l.signalLocked()
 		l.mu.Unlock()
 		l.bringUps.Add(1)
-		go l.bringUp(key, cl.Name, cl.Namespace, PolicyOf(cl.Spec), adopt)
+		go l.bringUp(key, cl.Name, cl.Namespace, policyOf(cl), adopt)
 		return nil
 	case materialiser.OpStop:
 		l.mu.Lock()
@@ -808,7 +829,10 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 			return
 		}
 		t0 := time.Now()
-		c, err = l.P.UpWith(ctx, name, np)
+		err = l.carryIdentity(ctx, ns, name, np)
+		if err == nil {
+			c, err = l.P.UpWith(ctx, name, np)
+		}
 		<-l.slots
 		if err == nil {
 			l.Metrics.bringUp.Observe(time.Since(t0).Seconds())
@@ -1213,6 +1237,15 @@ func PolicyOf(spec v1alpha1.ClusterSpec) NodePolicy {
 		np.Resources.MilliCPU, _ = cgroups.ParseCPU(r.CPU)
 		np.Resources.Pids = r.Pids
 		np.Objects = r.Objects
+	}
+	return np
+}
+
+// policyOf is a Cluster's policy with where its datastore is.
+func policyOf(cl *v1alpha1.Cluster) NodePolicy {
+	np := PolicyOf(cl.Spec)
+	if cl.Spec.Datastore == v1alpha1.DatastoreExternal {
+		np.ExternalUID = string(cl.UID)
 	}
 	return np
 }

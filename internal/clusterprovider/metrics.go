@@ -24,6 +24,7 @@ type Metrics struct {
 	wake      prometheus.Histogram
 	restarts  *prometheus.CounterVec
 	adopted   *prometheus.CounterVec
+	failovers prometheus.Counter
 	nodes     *prometheus.GaugeVec
 	certs     *prometheus.GaugeVec
 	byCluster map[string]materialiser.Phase
@@ -52,6 +53,8 @@ func NewMetrics() *Metrics {
 			Help: "Time from the first request held for a sleeping cluster to the cluster Ready.", Buckets: buckets}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "socialweb_component_restarts_total",
 			Help: "Components that exited on their own, after which their cluster was brought back."}, []string{"component"}),
+		failovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "socialweb_clusters_taken_over_total",
+			Help: "Clusters with an external datastore this instance took over from an instance whose lease had expired."}),
 		adopted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "socialweb_clusters_adopted_total",
 			Help: "Clusters this run took over running as an earlier run left them (current: as they were; stale: then restarted one at a time)."}, []string{"state"}),
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "socialweb_cluster_nodes",
@@ -64,7 +67,7 @@ func NewMetrics() *Metrics {
 		expiries:  map[string]time.Time{},
 		now:       time.Now,
 	}
-	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.adopted, m.nodes, m.certs, daysLeftCollector{m},
+	m.Registry.MustRegister(m.phases, m.phase, m.bringUp, m.teardown, m.wake, m.restarts, m.adopted, m.failovers, m.nodes, m.certs, daysLeftCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range phases {
 		m.phases.WithLabelValues(string(p)).Set(0)

@@ -30,6 +30,7 @@ import (
 	"socialweb.computer/kcp/internal/certrenewal"
 	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/externaldb"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/nodeprovider"
 	"socialweb.computer/kcp/internal/portallocator"
@@ -93,6 +94,9 @@ type Config struct {
 	// Logger receives the provider's own notes (an object cap put on or lifted); nil
 	// discards them.
 	Logger *slog.Logger
+	// External, when set, is the PostgreSQL server that holds the datastores of clusters
+	// whose spec.datastore is external (internal/externaldb).
+	External *externaldb.Server
 }
 
 // FrontDoor is where the front door serves tenants.
@@ -381,6 +385,9 @@ type NodePolicy struct {
 	PodsPerNode int
 	Resources   cgroups.Limits
 	Objects     int64
+	// ExternalUID, when set, puts the cluster's datastore on the external server, in the
+	// database of the Cluster with this front uid (externaldb.TenantOf).
+	ExternalUID string
 }
 
 // UpWith is Up with the cluster's own node policy (a Cluster's spec on the front).
@@ -400,6 +407,16 @@ func (p *Provider) tenantWith(name string, np NodePolicy) (clusterstack.Spec, No
 	}
 	s := p.tenantSpec(name)
 	s.MaxNodes, s.PodsPerNode = np.MaxNodes, np.PodsPerNode
+	if np.ExternalUID != "" {
+		if p.cfg.External == nil {
+			return s, np, fmt.Errorf("cluster %s: %w", name, errNoExternalDatastore)
+		}
+		t, err := externaldb.TenantOf(np.ExternalUID)
+		if err != nil {
+			return s, np, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		s.External = &clusterstack.External{Host: p.cfg.External.Host, Port: p.cfg.External.Port, Database: t.Database, Role: t.Role}
+	}
 	np.Resources = np.Resources.Or(p.cfg.Limits)
 	if np.Objects == 0 {
 		np.Objects = p.cfg.Objects
@@ -576,6 +593,9 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 		return nil, err
 	}
 	restoring = restoring && !s.Front && !adopt
+	if restoring && s.External != nil {
+		return nil, fmt.Errorf("cluster %s: a restore into an external datastore is not supported: restore it with spec.datastore local", name)
+	}
 	if restoring {
 		if err := p.placeRestoredIdentity(s, restore); err != nil {
 			return nil, err
@@ -596,7 +616,7 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 		doorNames: doorNames, as: as, inputs: inputsDigest(l)}
 	c.renewAt, c.renewScheduled = p.nextRenewal(l.Root)
 	logsFrom := logSizes(l)
-	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as, Templates: p.templates()}
+	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as, Templates: p.templates(), External: p.cfg.External}
 	if restoring {
 		in.Restore = p.restoreDir(name)
 	}
@@ -743,6 +763,19 @@ func (p *Provider) Mint(name string) (Minted, error) {
 		return Minted{}, err
 	}
 	return Minted{Name: name, URL: url, TenantKubeconfig: l.TenantKubeconfig()}, nil
+}
+
+// DropExternal removes the external database and role of the Cluster whose front uid is
+// uid: the teardown of a deleted cluster whose datastore is external.
+func (p *Provider) DropExternal(ctx context.Context, uid string) error {
+	if p.cfg.External == nil {
+		return errNoExternalDatastore
+	}
+	t, err := externaldb.TenantOf(uid)
+	if err != nil {
+		return err
+	}
+	return p.cfg.External.Drop(ctx, t)
 }
 
 // HasDatastore says whether the cluster's datastore was ever initialised (its Postgres

@@ -60,7 +60,7 @@ func (r runAs) own(s clusterstack.Spec) error {
 	var errs []error
 	for _, f := range l.ComponentFiles() {
 		uid, mode := 0, os.FileMode(0o640)
-		if f == l.KinePGPass() {
+		if f == l.KinePGPass() || f == l.ExternalPGPass() {
 			uid, mode = r.user.UID, 0o600
 		}
 		fi, err := os.Lstat(f)

@@ -3,6 +3,7 @@ package clusterprovider
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"socialweb.computer/kcp/internal/auditlog"
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/externaldb"
 	"socialweb.computer/kcp/internal/pgtemplate"
 	"socialweb.computer/kcp/internal/processrunner"
 	"socialweb.computer/kcp/internal/procgroup"
@@ -47,6 +49,9 @@ type StepInput struct {
 	// Restore is the directory of a restore staged for the cluster: its datastore's dump is
 	// loaded into a fresh kine database before kine starts ("": none).
 	Restore string
+	// External is the external PostgreSQL server, for a cluster whose datastore is there
+	// (Spec.External): no Postgres step, and kine's step takes the database over first.
+	External *externaldb.Server
 }
 
 // StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
@@ -64,7 +69,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		return sp, nil
 	}
 	var steps []procgroup.Step
-	if !s.Front {
+	if !s.Front && s.External == nil {
 		pgStep, err := postgresStep(s, in.As, in.Templates, spec)
 		if err != nil {
 			return nil, err
@@ -76,7 +81,14 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	guard := func(ctx context.Context) error { return guardIdentity(ctx, s, in.Identity) }
+	guard := func(ctx context.Context) error { return guardIdentity(ctx, s, in.External, in.Identity) }
+	if s.External != nil {
+		// Taken over first: whoever held it before is fenced out before this kine starts.
+		guard = all(func(ctx context.Context) error { return takeExternal(ctx, s, in.External, in.As) }, guard)
+	}
+	if in.Restore != "" && s.External != nil {
+		return nil, errors.New("a restore into an external datastore is not supported: restore into a local one")
+	}
 	if in.Restore != "" && !s.Front {
 		// Loaded before the guard writes this cluster's identity beside it.
 		guard = all(func(ctx context.Context) error { return loadRestoredDatastore(ctx, s, in.Restore) }, guard)

@@ -42,6 +42,16 @@ type Spec struct {
 	// CompactionInterval is how often the apiserver compacts the datastore's history
 	// (0: DefaultCompactionInterval).
 	CompactionInterval time.Duration
+	// External, when set, is the cluster's datastore on an external PostgreSQL server:
+	// no Postgres process of its own, kine dials the server over TLS as the tenant's role.
+	External *External
+}
+
+// External is a tenant's database on an external PostgreSQL server (internal/externaldb).
+type External struct {
+	Host           string
+	Port           int
+	Database, Role string
 }
 
 // DefaultServiceCIDR is the tenant clusters' service range. It is a setting inside each

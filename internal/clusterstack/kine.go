@@ -1,6 +1,7 @@
 package clusterstack
 
 import (
+	"net"
 	"net/url"
 	"strconv"
 )
@@ -8,6 +9,12 @@ import (
 // KineDSN is the datastore kine dials: the cluster's Postgres over its unix socket, as the
 // kine role. It carries no password: kine's driver (pgx) reads it from PGPASSFILE.
 func (s Spec) KineDSN() string {
+	if e := s.External; e != nil {
+		// TLS that verifies the server against the CA the operator named; the password
+		// is in PGPASSFILE here too.
+		q := url.Values{"sslmode": {"verify-full"}, "sslrootcert": {s.Layout().ExternalCA()}}
+		return "postgres://" + e.Role + "@" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port)) + "/" + e.Database + "?" + q.Encode()
+	}
 	q := url.Values{"host": {s.Layout().PostgresSocketDir()}, "sslmode": {"disable"}}
 	return "postgres://" + KineRole + "@/" + KineDatabase + "?" + q.Encode()
 }
@@ -44,5 +51,8 @@ func (s Spec) KineArgv() []string {
 
 // KineEnv is kine's whole environment: where its password file is, nothing else.
 func (s Spec) KineEnv() []string {
+	if s.External != nil {
+		return []string{"PGPASSFILE=" + s.Layout().ExternalPGPass()}
+	}
 	return []string{"PGPASSFILE=" + s.Layout().KinePGPass()}
 }

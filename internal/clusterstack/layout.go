@@ -72,7 +72,13 @@ func (l Layout) PostgresSuperuserPassword() string {
 func (l Layout) PostgresInitPassword() string { return l.path("postgres", "initdb.password") }
 
 // PGPassFile is kine's password, in libpq's passfile format (pgx reads PGPASSFILE).
-func (l Layout) KinePGPass() string       { return l.path("pki", "kine.pgpass") }
+func (l Layout) KinePGPass() string { return l.path("pki", "kine.pgpass") }
+
+// ExternalPGPass is kine's password for an external datastore, replaced at every start
+// (externaldb.Server.Take), and ExternalCA the CA that verifies that server: both read by
+// kine, so component files.
+func (l Layout) ExternalPGPass() string   { return l.path("pki", "external.pgpass") }
+func (l Layout) ExternalCA() string       { return l.path("pki", "external-ca.crt") }
 func (l Layout) EncryptionConfig() string { return l.path("pki", "encryption-config.yaml") }
 
 func (l Layout) CACert() string               { return l.path("pki", "ca.crt") }
@@ -130,7 +136,7 @@ func (l Layout) ComponentFiles() []string {
 		l.FrontProxyCACert(), l.FrontProxyClientCert(), l.FrontProxyClientKey(), l.ServiceAccountKey(), l.ServiceAccountPub(),
 		l.KubeletClientCert(), l.KubeletClientKey(), l.AuditPolicy(), l.AdmissionConfig(),
 		l.ControllerManagerKubeconfig(), l.SchedulerKubeconfig(), l.CloudControllerManagerKubeconfig(), l.NodesFile(),
-		l.KwokKubeconfig(), l.KwokConfig(),
+		l.KwokKubeconfig(), l.KwokConfig(), l.ExternalPGPass(), l.ExternalCA(),
 	}
 }
 

@@ -32,6 +32,7 @@ const (
 	RunningAnnotation  = "socialweb.computer/running-clusters"       // clusters with processes now
 	MemoryAnnotation   = "socialweb.computer/memory-available-bytes" // MemAvailable of its host
 	WhereAnnotation    = "socialweb.computer/where"                  // host name and data root: which serve holds it
+	ExternalAnnotation = "socialweb.computer/external-datastore"     // "true": it reaches the shared external datastore
 	instanceLabel      = "socialweb.computer/provider-instance"
 )
 
@@ -53,6 +54,7 @@ type Report struct {
 	Capacity        int // placement.Unlimited for no cap
 	Running         int
 	MemoryAvailable int64
+	External        bool // serve --external-datastore is set
 }
 
 // Lease is one instance as its Lease shows it.
@@ -70,7 +72,7 @@ func (l Lease) Live(now time.Time) bool {
 
 // Instance is l for placement at now, with bound Clusters bound to it.
 func (l Lease) Instance(now time.Time, bound int) placement.Instance {
-	return placement.Instance{Name: l.Name, Live: l.Live(now), Capacity: l.Capacity, Bound: bound, MemoryAvailable: l.MemoryAvailable}
+	return placement.Instance{Name: l.Name, Live: l.Live(now), Capacity: l.Capacity, Bound: bound, MemoryAvailable: l.MemoryAvailable, External: l.External}
 }
 
 // FromLease reads an instance's Lease; a Lease not of an instance is an error.
@@ -92,6 +94,7 @@ func FromLease(o *coordinationv1.Lease) (Lease, error) {
 	}
 	l.Running, _ = strconv.Atoi(o.Annotations[RunningAnnotation])
 	l.MemoryAvailable, _ = strconv.ParseInt(o.Annotations[MemoryAnnotation], 10, 64)
+	l.External = o.Annotations[ExternalAnnotation] == "true"
 	return l, nil
 }
 
@@ -213,6 +216,7 @@ func (h *Holder) lease(cur *coordinationv1.Lease) *coordinationv1.Lease {
 	l.Annotations[CapacityAnnotation] = capacity
 	l.Annotations[RunningAnnotation] = strconv.Itoa(r.Running)
 	l.Annotations[MemoryAnnotation] = strconv.FormatInt(r.MemoryAvailable, 10)
+	l.Annotations[ExternalAnnotation] = strconv.FormatBool(r.External)
 	taken := cur == nil || cur.Annotations[WhereAnnotation] != h.Where
 	l.Annotations[WhereAnnotation] = h.Where
 	now := metav1.NewMicroTime(time.Now())

@@ -24,6 +24,8 @@ type Instance struct {
 	Bound int
 	// MemoryAvailable is the memory its host reported free, in bytes; 0: not reported.
 	MemoryAvailable int64
+	// External: it reaches the shared external datastore (serve --external-datastore).
+	External bool
 }
 
 // Unlimited is the capacity of an instance without a cap.
@@ -46,6 +48,9 @@ type Need struct {
 	// the provider's per-cluster estimate); an instance that reported less free is passed
 	// over. 0: not considered.
 	Memory int64
+	// External: its datastore is on the shared external server, which only an instance
+	// that reaches it can serve.
+	External bool
 }
 
 // Why a Cluster could not be placed: the reason of its condition.
@@ -100,14 +105,21 @@ func Place(instances []Instance, need Need) Decision {
 	case live == 0:
 		return Decision{Reason: NoInstance, Message: "no provider instance has a current lease on the front: is serve running?"}
 	}
+	if need.External {
+		return Decision{Reason: NoRoom, Message: fmt.Sprintf("no instance has room: each of the %d live instances is at its capacity, short of memory, or without the external datastore", live)}
+	}
 	return Decision{Reason: NoRoom, Message: fmt.Sprintf("no instance has room: each of the %d live instances is at its capacity or short of memory", live)}
 }
 
 func fits(in Instance, need Need) bool {
-	return in.Free() > 0 && (need.Memory == 0 || in.MemoryAvailable == 0 || in.MemoryAvailable >= need.Memory)
+	return in.Free() > 0 && (need.Memory == 0 || in.MemoryAvailable == 0 || in.MemoryAvailable >= need.Memory) &&
+		(!need.External || in.External)
 }
 
 func short(in Instance, need Need) string {
+	if need.External && !in.External {
+		return "it has no external datastore (serve --external-datastore)"
+	}
 	if in.Free() == 0 {
 		return fmt.Sprintf("%d of its %d clusters are bound", in.Bound, in.Capacity)
 	}

@@ -7,29 +7,34 @@ import (
 	"testing"
 )
 
-// Every view of up to three instances (each live or not, capacity none, 0, 1 or 2 or
-// unlimited, 0 to 2 bound, memory unreported, short or ample) against every need (a hint
-// for each name or none; memory asked or not): the decision is a live instance with room,
-// none better exists, and the order of the instances does not change it; no decision is
-// made only when no instance could take it, and the reason says which case it is.
+// Every view of up to three instances (each live or not, capacity 0, 1 or unlimited, 0
+// or 1 bound, memory unreported, short or ample, with the external datastore or not)
+// against every need (a hint for the second name, for a name no instance has, or none;
+// memory asked or not; an external datastore or not): the decision is a live instance
+// with room, none better exists, and the order of the instances does not change it; no
+// decision is made only when no instance could take it, and the reason says which case.
 func TestEveryViewOfThreeInstances(t *testing.T) {
-	capacities := []int{0, 1, 2, Unlimited}
+	capacities := []int{0, 1, Unlimited}
 	memories := []int64{0, 1 << 20, 1 << 30}
 	var one []Instance
 	for _, live := range []bool{false, true} {
 		for _, c := range capacities {
-			for b := range 3 {
+			for b := range 2 {
 				for _, m := range memories {
-					one = append(one, Instance{Live: live, Capacity: c, Bound: b, MemoryAvailable: m})
+					for _, ext := range []bool{false, true} {
+						one = append(one, Instance{Live: live, Capacity: c, Bound: b, MemoryAvailable: m, External: ext})
+					}
 				}
 			}
 		}
 	}
 	names := []string{"a", "b", "c"}
 	needs := []Need{}
-	for _, hint := range []string{"", "a", "b", "c", "nowhere"} {
+	for _, hint := range []string{"", "b", "nowhere"} {
 		for _, mem := range []int64{0, 256 << 20} {
-			needs = append(needs, Need{Instance: hint, Memory: mem})
+			for _, ext := range []bool{false, true} {
+				needs = append(needs, Need{Instance: hint, Memory: mem, External: ext})
+			}
 		}
 	}
 	cases := 0
@@ -63,7 +68,7 @@ func check(t *testing.T, view []Instance, need Need) {
 	}
 	can := func(in Instance) bool {
 		return in.Live && in.Free() > 0 && (need.Memory == 0 || in.MemoryAvailable == 0 || in.MemoryAvailable >= need.Memory) &&
-			(need.Instance == "" || need.Instance == in.Name)
+			(need.Instance == "" || need.Instance == in.Name) && (!need.External || in.External)
 	}
 	if d.Instance == "" {
 		if d.Reason == "" || d.Message == "" {
