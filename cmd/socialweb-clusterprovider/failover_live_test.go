@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,4 +157,63 @@ func errString(err error) string {
 		return "ok"
 	}
 	return err.Error()
+}
+
+// A datastore the instance cannot use keeps the clusters on it Pending, with a condition
+// that says what is wrong, and makes nothing of them: no DataDir, no process, no database.
+// First a wrong administrator password, then a server that is not there.
+func TestAnUnusableExternalDatastoreIsACondition(t *testing.T) {
+	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	good, srv := livetest.ExternalPostgres(t, clusterstack.DefaultPostgresBin)
+	raw, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongPassword := filepath.Join(t.TempDir(), "wrong-password")
+	os.WriteFile(wrongPassword, []byte(strings.Replace(string(raw), ":"+srv.AdminPassword+"@", ":not-the-password@", 1)), 0o600)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := ln.Addr().String()
+	ln.Close()
+	nowhere := filepath.Join(t.TempDir(), "nowhere")
+	os.WriteFile(nowhere, []byte(strings.Replace(string(raw), "@"+srv.Address()+"/", "@"+closed+"/", 1)), 0o600)
+
+	root := livetest.DataRoot(t)
+	manifest := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(manifest, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: bad, namespace: default}\nspec: {account: acme, datastore: external}\n"), 0o600)
+	for _, c := range []struct{ file, want string }{
+		{wrongPassword, "password authentication failed"},
+		{nowhere, closed},
+	} {
+		p, kubectl, _ := startServeWith(t, exe, bin, root, "31900-31909", "--external-datastore", c.file)
+		kubectl("apply", "-f", manifest)
+		var cond string
+		eventually(t, 2*time.Minute, "Cluster bad Pending, saying why", func() (bool, string) {
+			cond = kubectl("get", "clusters", "bad", "-o", `jsonpath={.status.phase} {.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}`)
+			return strings.HasPrefix(cond, "Pending NoRoom: ") && strings.Contains(cond, c.want), cond
+		})
+		t.Logf("with %s: %s", filepath.Base(c.file), cond)
+		if _, err := os.Stat(filepath.Join(root, "clusters", "bad")); !os.IsNotExist(err) {
+			t.Errorf("a DataDir of the cluster that could not be placed: %v", err)
+		}
+		if ids, _ := processrunner.FindByMarker(filepath.Join(root, "clusters", "bad")+"/", livetest.StackPrograms(bin)); len(ids) > 0 {
+			t.Errorf("processes of the cluster that could not be placed: %v", ids)
+		}
+		kubectl("delete", "clusters", "bad", "--wait=true", "--timeout=60s")
+		p.Cmd.Process.Signal(syscall.SIGTERM)
+		p.WaitLine(t, "stopped; nothing is running")
+		p.Cmd.Wait()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var dbs int
+	if err := func() error {
+		c, err := srv.Connect(ctx, srv.Admin, srv.AdminPassword, srv.AdminDatabase)
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		return c.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname LIKE 'kine_%'").Scan(&dbs)
+	}(); err != nil || dbs != 0 {
+		t.Errorf("databases made on the server: %d, %v", dbs, err)
+	}
 }

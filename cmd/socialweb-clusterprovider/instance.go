@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"socialweb.computer/kcp/internal/clusterprovider"
+	"socialweb.computer/kcp/internal/externaldb"
 	"socialweb.computer/kcp/internal/instancelease"
 	"socialweb.computer/kcp/internal/placement"
 )
@@ -39,9 +40,14 @@ func parseCapacity(s string) (int, error) {
 
 // registerInstance puts this serve's Lease on the front and keeps it renewed until ctx
 // ends; the returned release deletes it (on a stop that leaves nothing running).
-func registerInstance(ctx context.Context, core kubernetes.Interface, loop *clusterprovider.Loop, where string, capacity int, external bool) (release func(context.Context) error, err error) {
+func registerInstance(ctx context.Context, core kubernetes.Interface, loop *clusterprovider.Loop, where string, capacity int, ext *externaldb.Server) (release func(context.Context) error, err error) {
+	health := externaldb.Watch(ctx, ext, loop.Log)
 	h := &instancelease.Holder{Client: core, Name: loop.Instance, Where: where, Log: loop.Log, Report: func() instancelease.Report {
-		return instancelease.Report{Capacity: capacity, Running: loop.Running(), MemoryAvailable: memAvailable(), External: external}
+		r := instancelease.Report{Capacity: capacity, Running: loop.Running(), MemoryAvailable: memAvailable()}
+		if ext != nil {
+			r.External, r.ExternalProblem = health.State()
+		}
+		return r
 	}}
 	if err := h.Register(ctx); err != nil {
 		return nil, err

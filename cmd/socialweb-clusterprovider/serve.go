@@ -121,14 +121,10 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// Looked at, not required (registerInstance): a server away now keeps the clusters
+		// on it off this instance, with a condition that says why; it is no reason to stop
+		// serving the others.
 		cfg.External = &ext
-		// Checked, not required: a server away now is a condition on its clusters (their
-		// bring-ups fail and are retried), not a reason to stop serving the others.
-		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		if err := ext.Check(cctx); err != nil {
-			log.Warn("the external datastore does not answer; clusters on it wait for it", "err", err)
-		}
-		cancel()
 	}
 	// The front door's address is bound before anything changes on disk or starts: a
 	// port that cannot be had stops serve here, with nothing to undo.
@@ -230,7 +226,7 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", ml.Addr())
 	loop.Front, loop.Core = dynamic.NewForConfigOrDie(rc), kubernetes.NewForConfigOrDie(rc)
 	loop.Events = frontevents.NewRecorder(loop.Core, "socialweb-clusterprovider", host)
-	release, err := registerInstance(ctx, loop.Core, loop, host+":"+o.dataRoot, capacity, cfg.External != nil)
+	release, err := registerInstance(ctx, loop.Core, loop, host+":"+o.dataRoot, capacity, cfg.External)
 	if err != nil {
 		return fmt.Errorf("front: register instance %s: %w", o.instance, err)
 	}

@@ -28,11 +28,12 @@ const Namespace = "socialweb-system"
 
 // The Lease's annotations: what the instance reports of itself at each renewal.
 const (
-	CapacityAnnotation = "socialweb.computer/capacity-clusters"      // an integer, or "unlimited"
-	RunningAnnotation  = "socialweb.computer/running-clusters"       // clusters with processes now
-	MemoryAnnotation   = "socialweb.computer/memory-available-bytes" // MemAvailable of its host
-	WhereAnnotation    = "socialweb.computer/where"                  // host name and data root: which serve holds it
-	ExternalAnnotation = "socialweb.computer/external-datastore"     // "true": it reaches the shared external datastore
+	CapacityAnnotation = "socialweb.computer/capacity-clusters"          // an integer, or "unlimited"
+	RunningAnnotation  = "socialweb.computer/running-clusters"           // clusters with processes now
+	MemoryAnnotation   = "socialweb.computer/memory-available-bytes"     // MemAvailable of its host
+	WhereAnnotation    = "socialweb.computer/where"                      // host name and data root: which serve holds it
+	ExternalAnnotation = "socialweb.computer/external-datastore"         // "true": it reaches the shared external datastore
+	ProblemAnnotation  = "socialweb.computer/external-datastore-problem" // why it has one and does not reach it
 	instanceLabel      = "socialweb.computer/provider-instance"
 )
 
@@ -54,7 +55,8 @@ type Report struct {
 	Capacity        int // placement.Unlimited for no cap
 	Running         int
 	MemoryAvailable int64
-	External        bool // serve --external-datastore is set
+	External        bool   // it reaches the external datastore (serve --external-datastore)
+	ExternalProblem string // it has one and does not reach it: what it saw
 }
 
 // Lease is one instance as its Lease shows it.
@@ -72,7 +74,7 @@ func (l Lease) Live(now time.Time) bool {
 
 // Instance is l for placement at now, with bound Clusters bound to it.
 func (l Lease) Instance(now time.Time, bound int) placement.Instance {
-	return placement.Instance{Name: l.Name, Live: l.Live(now), Capacity: l.Capacity, Bound: bound, MemoryAvailable: l.MemoryAvailable, External: l.External}
+	return placement.Instance{Name: l.Name, Live: l.Live(now), Capacity: l.Capacity, Bound: bound, MemoryAvailable: l.MemoryAvailable, External: l.External, ExternalProblem: l.ExternalProblem}
 }
 
 // FromLease reads an instance's Lease; a Lease not of an instance is an error.
@@ -95,6 +97,7 @@ func FromLease(o *coordinationv1.Lease) (Lease, error) {
 	l.Running, _ = strconv.Atoi(o.Annotations[RunningAnnotation])
 	l.MemoryAvailable, _ = strconv.ParseInt(o.Annotations[MemoryAnnotation], 10, 64)
 	l.External = o.Annotations[ExternalAnnotation] == "true"
+	l.ExternalProblem = o.Annotations[ProblemAnnotation]
 	return l, nil
 }
 
@@ -217,6 +220,11 @@ func (h *Holder) lease(cur *coordinationv1.Lease) *coordinationv1.Lease {
 	l.Annotations[RunningAnnotation] = strconv.Itoa(r.Running)
 	l.Annotations[MemoryAnnotation] = strconv.FormatInt(r.MemoryAvailable, 10)
 	l.Annotations[ExternalAnnotation] = strconv.FormatBool(r.External)
+	if r.ExternalProblem != "" {
+		l.Annotations[ProblemAnnotation] = r.ExternalProblem
+	} else {
+		delete(l.Annotations, ProblemAnnotation)
+	}
 	taken := cur == nil || cur.Annotations[WhereAnnotation] != h.Where
 	l.Annotations[WhereAnnotation] = h.Where
 	now := metav1.NewMicroTime(time.Now())

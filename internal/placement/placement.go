@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Instance is one provider instance as the front shows it.
@@ -25,7 +26,9 @@ type Instance struct {
 	// MemoryAvailable is the memory its host reported free, in bytes; 0: not reported.
 	MemoryAvailable int64
 	// External: it reaches the shared external datastore (serve --external-datastore).
-	External bool
+	// ExternalProblem, when it has one but does not reach it, is what its last look saw.
+	External        bool
+	ExternalProblem string
 }
 
 // Unlimited is the capacity of an instance without a cap.
@@ -106,7 +109,20 @@ func Place(instances []Instance, need Need) Decision {
 		return Decision{Reason: NoInstance, Message: "no provider instance has a current lease on the front: is serve running?"}
 	}
 	if need.External {
-		return Decision{Reason: NoRoom, Message: fmt.Sprintf("no instance has room: each of the %d live instances is at its capacity, short of memory, or without the external datastore", live)}
+		msg := fmt.Sprintf("no instance has room: each of the %d live instances is at its capacity, short of memory, or without the external datastore", live)
+		// What keeps the datastore from the instances that have one, in name order: the
+		// operator's fix (a password, a firewall) is there.
+		var problems []string
+		for _, in := range instances {
+			if in.Live && in.ExternalProblem != "" {
+				problems = append(problems, in.Name+": "+in.ExternalProblem)
+			}
+		}
+		slices.Sort(problems)
+		if len(problems) > 0 {
+			msg += "; " + strings.Join(problems, "; ")
+		}
+		return Decision{Reason: NoRoom, Message: msg}
 	}
 	return Decision{Reason: NoRoom, Message: fmt.Sprintf("no instance has room: each of the %d live instances is at its capacity or short of memory", live)}
 }
@@ -118,6 +134,9 @@ func fits(in Instance, need Need) bool {
 
 func short(in Instance, need Need) string {
 	if need.External && !in.External {
+		if in.ExternalProblem != "" {
+			return "it does not reach the external datastore: " + in.ExternalProblem
+		}
 		return "it has no external datastore (serve --external-datastore)"
 	}
 	if in.Free() == 0 {
