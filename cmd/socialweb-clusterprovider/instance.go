@@ -16,12 +16,29 @@ import (
 	"socialweb.computer/kcp/internal/placement"
 )
 
-// defaultInstance is serve's --instance when none is given: the host name's first label,
-// lowercased, since one serve runs per host.
+// defaultInstance is serve's --instance when none is given: the host's name, one serve
+// running per host, made a DNS label (lowercase; what is not a letter or digit, its
+// domain's dots too, becomes '-', so node1.dc1 and node1.dc2 stay two names).
 func defaultInstance() string {
 	h, _ := os.Hostname()
-	h, _, _ = strings.Cut(strings.ToLower(h), ".")
-	return h
+	return instanceName(h)
+}
+
+func instanceName(host string) string {
+	b := []byte(strings.ToLower(host))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			b[i] = '-'
+		}
+	}
+	n := strings.Trim(string(b), "-")
+	if len(n) > 63 {
+		n = strings.TrimRight(n[:63], "-")
+	}
+	if n == "" {
+		return "provider"
+	}
+	return n
 }
 
 // parseCapacity reads --capacity: "clusters=N" (N 0 or more; 0 takes no new Cluster, a
@@ -40,7 +57,8 @@ func parseCapacity(s string) (int, error) {
 
 // registerInstance puts this serve's Lease on the front and keeps it renewed until ctx
 // ends; the returned release deletes it (on a stop that leaves nothing running).
-func registerInstance(ctx context.Context, core kubernetes.Interface, loop *clusterprovider.Loop, where string, capacity int, ext *externaldb.Server) (release func(context.Context) error, err error) {
+// A name another serve took (its Lease had expired) is sent on lost: serve must stop.
+func registerInstance(ctx context.Context, core kubernetes.Interface, loop *clusterprovider.Loop, where string, capacity int, ext *externaldb.Server, lost chan<- error) (release func(context.Context) error, err error) {
 	health := externaldb.Watch(ctx, ext, loop.Log)
 	h := &instancelease.Holder{Client: core, Name: loop.Instance, Where: where, Log: loop.Log, Report: func() instancelease.Report {
 		r := instancelease.Report{Capacity: capacity, Running: loop.Running(), MemoryAvailable: memAvailable()}
@@ -52,7 +70,11 @@ func registerInstance(ctx context.Context, core kubernetes.Interface, loop *clus
 	if err := h.Register(ctx); err != nil {
 		return nil, err
 	}
-	go h.Keep(ctx)
+	go func() {
+		if err := h.Keep(ctx); err != nil {
+			lost <- err
+		}
+	}()
 	loop.Instances = func(ctx context.Context) ([]instancelease.Lease, error) { return instancelease.List(ctx, core) }
 	return h.Release, nil
 }

@@ -20,7 +20,8 @@ import (
 // on its instance's host; the 11th waits, Pending, condition NoRoom. A Cluster placed on an
 // instance that does not exist waits with InstanceUnknown. Once a cluster of host-a is
 // deleted, the waiting one is placed there. A third serve that claims host-b's name is
-// refused, and changes nothing.
+// refused, and changes nothing. A Cluster whose binding is gone (as one from before
+// instances) is bound again where its data is, and runs on untouched.
 func TestTwoInstancesShareOneFront(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	rootA, rootB := livetest.DataRoot(t), livetest.DataRoot(t)
@@ -103,6 +104,25 @@ func TestTwoInstancesShareOneFront(t *testing.T) {
 	}
 	if where := kubectl("get", "leases", "-n", "socialweb-system", "host-b", "-o", `jsonpath={.metadata.annotations.socialweb\.computer/where}`); !strings.HasSuffix(where, ":"+rootB) {
 		t.Errorf("host-b's Lease after the refused claim is held from %q, want host-b's root %s", where, rootB)
+	}
+
+	// A Cluster from before instances has no binding: it is bound to the instance its data
+	// is on, room or not, and runs on untouched.
+	var onB string
+	for _, n := range names {
+		if _, _, instance, _ := state(n); instance == "host-b" {
+			onB = n
+			break
+		}
+	}
+	before, _ := processrunner.FindByMarker(filepath.Join(rootB, "clusters", onB)+"/", []string{apiserver})
+	kubectl("label", "clusters", onB, "socialweb.computer/instance-")
+	eventually(t, time.Minute, onB+" bound again to host-b, where its data is", func() (bool, string) {
+		phase, reason, instance, label := state(onB)
+		return phase == "Ready" && label == "host-b", phase + " " + reason + " " + instance + " " + label
+	})
+	if after, _ := processrunner.FindByMarker(filepath.Join(rootB, "clusters", onB)+"/", []string{apiserver}); len(before) != 1 || len(after) != 1 || after[0].Pid != before[0].Pid {
+		t.Errorf("%s's apiserver before the label went %v, after %v: want it untouched", onB, before, after)
 	}
 
 	// Room on host-a: the waiting cluster goes there.

@@ -143,7 +143,7 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	defer lock.Release()
 	host, _ := os.Hostname()
 	metrics := clusterprovider.NewMetrics()
-	loop := &clusterprovider.Loop{Instance: o.instance, MaxBringUps: o.maxBringUps, MaxRunning: o.maxRunning, Log: log, Metrics: metrics,
+	loop := &clusterprovider.Loop{Instance: o.instance, FormerNames: []string{host}, MaxBringUps: o.maxBringUps, MaxRunning: o.maxRunning, Log: log, Metrics: metrics,
 		Adopt: o.adopt, KeepOnExit: keep, MaxRestartsAtOnce: o.maxRestarts}
 	cfg.OnEvent = loop.StepEvent
 	p, err := clusterprovider.New(cfg)
@@ -226,7 +226,8 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", ml.Addr())
 	loop.Front, loop.Core = dynamic.NewForConfigOrDie(rc), kubernetes.NewForConfigOrDie(rc)
 	loop.Events = frontevents.NewRecorder(loop.Core, "socialweb-clusterprovider", host)
-	release, err := registerInstance(ctx, loop.Core, loop, host+":"+o.dataRoot, capacity, cfg.External)
+	nameLost := make(chan error, 1)
+	release, err := registerInstance(ctx, loop.Core, loop, host+":"+o.dataRoot, capacity, cfg.External, nameLost)
 	if err != nil {
 		return fmt.Errorf("front: register instance %s: %w", o.instance, err)
 	}
@@ -300,6 +301,10 @@ wait:
 			}
 		case err := <-done:
 			loopErr = errors.Join(err, errors.New("the reconcile loop ended"))
+			break wait
+		case err := <-nameLost:
+			// Another serve runs under this name: both would run its Clusters.
+			died = err
 			break wait
 		}
 	}

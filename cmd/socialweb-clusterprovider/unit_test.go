@@ -82,3 +82,12 @@ func TestParseCapacity(t *testing.T) {
 		}
 	}
 }
+
+func TestInstanceName(t *testing.T) {
+	for host, want := range map[string]string{"vm": "vm", "Node1.DC1.example": "node1-dc1-example", "my_host": "my-host", "": "provider", "-x-": "x",
+		strings.Repeat("a", 70): strings.Repeat("a", 63)} {
+		if got := instanceName(host); got != want {
+			t.Errorf("instanceName(%q) = %q, want %q", host, got, want)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"socialweb.computer/kcp/internal/backup"
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/clusterstack"
+	"socialweb.computer/kcp/internal/instancelease"
 )
 
 // backupCmd writes a backup of a running cluster: its datastore, dumped in one snapshot
@@ -166,7 +167,8 @@ func restoreCmd(g *globals) *cobra.Command {
 			// A name no Cluster has, or a parked Cluster whose data is lost (its DataDir gone,
 			// or never made: a restore cut short after it declared the Cluster).
 			parked := false
-			switch existing, err := f.cluster(ctx, name); {
+			existing, err := f.cluster(ctx, name)
+			switch {
 			case err == nil && existing.DeletionTimestamp != nil:
 				return fmt.Errorf("cluster %s is being deleted; wait for that to end, then restore", name)
 			case err == nil && (existing.Spec.Running == nil || *existing.Spec.Running):
@@ -175,6 +177,17 @@ func restoreCmd(g *globals) *cobra.Command {
 				parked = true
 			case !apierrors.IsNotFound(err):
 				return err
+			}
+			// With several instances on the front, the cluster must come up on this host's,
+			// where the staging is.
+			instance, err := localInstance(ctx, f, dataRoot)
+			if err != nil {
+				return err
+			}
+			if parked {
+				if b := existing.Labels[v1alpha1.InstanceLabel]; b != "" && b != instance {
+					return fmt.Errorf("cluster %s is bound to instance %s, not to this host's (%s): run restore on %s's host", name, b, orDash(instance), b)
+				}
 			}
 			if _, err := os.Lstat(clusterprovider.DataDirOf(dataRoot, name)); err == nil {
 				if parked {
@@ -194,6 +207,11 @@ func restoreCmd(g *globals) *cobra.Command {
 				cl := &v1alpha1.Cluster{TypeMeta: typeMeta("Cluster"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: spec}
 				no := false
 				cl.Spec.Running, cl.Spec.CreateAsleep = &no, false
+				// A backup is of a local datastore, and restored into one, on this host.
+				cl.Spec.Datastore, cl.Spec.Placement = "", nil
+				if instance != "" {
+					cl.Spec.Placement = &v1alpha1.ClusterPlacement{Instance: instance}
+				}
 				if err := f.create(ctx, cl); err != nil {
 					return err
 				}
@@ -287,4 +305,23 @@ func size(n int) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// localInstance is the name of the provider instance that serves from dataRoot on this
+// host, as its Lease says ("" when none says so: a front with one provider of an older
+// version).
+func localInstance(ctx context.Context, f *front, dataRoot string) (string, error) {
+	leases, err := instancelease.List(ctx, f.core)
+	if err != nil {
+		return "", f.explain(err, "instance leases", "")
+	}
+	host, _ := os.Hostname()
+	abs, _ := filepath.Abs(dataRoot)
+	for _, l := range leases {
+		h, root, _ := strings.Cut(l.Where, ":")
+		if h == host && filepath.Clean(root) == abs {
+			return l.Name, nil
+		}
+	}
+	return "", nil
 }

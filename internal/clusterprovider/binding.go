@@ -7,9 +7,11 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/cgroups"
@@ -45,7 +47,7 @@ const instancesTTL = time.Second
 // may not show bound yet, and the last read of the instances.
 type binding struct {
 	mu      sync.Mutex
-	pending map[string]bool // namespace/name
+	pending map[types.UID]string // bound here, not yet shown bound by the informer: uid -> namespace/name
 	read    time.Time
 	leases  []instancelease.Lease
 }
@@ -54,27 +56,23 @@ type binding struct {
 func boundTo(u metav1.Object) string { return u.GetLabels()[v1alpha1.InstanceLabel] }
 
 // place decides where the unbound Cluster in u goes and, when it is here, binds it. A
-// Cluster an earlier version of the provider ran here (its status names this instance,
-// or its data is on this host) is bound here without a decision: a local datastore pins
-// its cluster to its host, and an upgrade must not move it. It returns when to look again.
+// Cluster an earlier version of the provider ran here (its status names this instance or
+// one of its former names, or its data, or a restore staged for it, is on this host) is
+// bound here without a decision: a local datastore pins its cluster to its host, and an
+// upgrade must not move it. It returns when to look again.
 func (l *Loop) place(ctx context.Context, u *unstructured.Unstructured, cl *v1alpha1.Cluster) (time.Duration, error) {
-	key := cl.Namespace + "/" + cl.Name
 	if cl.DeletionTimestamp != nil && len(cl.Finalizers) == 0 {
 		return 0, nil // nothing was made for it: it goes by itself
 	}
 	l.bind.mu.Lock()
 	defer l.bind.mu.Unlock() // one decision at a time: what it counts as bound here is exact
-	_, err := os.Stat(l.P.DataDir(cl.Name))
-	here := cl.Status.Instance == l.Instance || err == nil || l.Instances == nil
-	if !here {
+	if !l.hasHere(cl) && l.Instances != nil {
 		view, err := l.instanceView(ctx)
 		if err != nil {
 			return 0, err
 		}
-		d := placement.Place(view, needOf(cl.Spec))
-		switch d.Instance {
+		switch d := placement.Place(view, needOf(cl)); d.Instance {
 		case l.Instance:
-			here = true
 		case "":
 			l.unplaced(ctx, cl, d)
 			return placeAgain, nil
@@ -82,6 +80,27 @@ func (l *Loop) place(ctx context.Context, u *unstructured.Unstructured, cl *v1al
 			return placeAgain, nil // the instance named takes it; looked at again in case it does not
 		}
 	}
+	if err := l.bindHere(ctx, u); err != nil {
+		return 0, err
+	}
+	l.Log.Info("bound here", "cluster", cl.Namespace+"/"+cl.Name, "instance", l.Instance)
+	return 0, nil
+}
+
+// hasHere says whether something of the Cluster is on this host already: its status names
+// this instance (or a name it had), or its DataDir or a restore staged for it is here.
+func (l *Loop) hasHere(cl *v1alpha1.Cluster) bool {
+	if cl.Status.Instance != "" && (cl.Status.Instance == l.Instance || slices.Contains(l.FormerNames, cl.Status.Instance)) {
+		return true
+	}
+	return exists(l.P.DataDir(cl.Name)) || exists(l.P.restoreDir(cl.Name))
+}
+
+// bindHere binds the Cluster in u to this instance, in an update that carries its
+// resourceVersion. A conflict (another instance bound it first, or it changed) is no
+// news: its event brings the next pass. Any other failure is logged, since the pass that
+// returns it is only retried. l.bind.mu is held.
+func (l *Loop) bindHere(ctx context.Context, u *unstructured.Unstructured) error {
 	b := u.DeepCopy()
 	labels := b.GetLabels()
 	if labels == nil {
@@ -89,71 +108,70 @@ func (l *Loop) place(ctx context.Context, u *unstructured.Unstructured, cl *v1al
 	}
 	labels[v1alpha1.InstanceLabel] = l.Instance
 	b.SetLabels(labels)
-	if _, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).Update(ctx, b, metav1.UpdateOptions{}); err != nil {
-		return 0, err // a conflict: another instance bound it, or it changed; the event brings the next pass
+	_, err := l.Front.Resource(ClustersResource).Namespace(b.GetNamespace()).Update(ctx, b, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		return err
+	case err != nil:
+		l.Log.Warn("not bound here; trying again", "cluster", b.GetNamespace()+"/"+b.GetName(), "err", err)
+		return err
 	}
 	if l.bind.pending == nil {
-		l.bind.pending = map[string]bool{}
+		l.bind.pending = map[types.UID]string{}
 	}
-	l.bind.pending[key] = true
-	l.Log.Info("bound here", "cluster", key, "instance", l.Instance)
-	return 0, nil
+	l.bind.pending[b.GetUID()] = b.GetNamespace() + "/" + b.GetName()
+	return nil
 }
 
 // instanceView is every instance for placement: its Lease (read at most once per
 // instancesTTL) and the Clusters bound to it now, this instance's own binds included
-// before its informer shows them. l.bind.mu is held.
+// before its informer shows them (and forgotten once it does, or once they are gone).
+// l.bind.mu is held.
 func (l *Loop) instanceView(ctx context.Context) ([]placement.Instance, error) {
 	now := time.Now()
 	if now.Sub(l.bind.read) > instancesTTL {
 		leases, err := l.Instances(ctx)
 		if err != nil {
+			l.Log.Warn("the instances' leases not read; trying again", "err", err)
 			return nil, err
 		}
 		l.bind.leases, l.bind.read = leases, now
+	}
+	mine, _ := l.clusterIndex.ByIndex(byInstance, l.Instance)
+	for _, o := range mine {
+		if m, err := meta.Accessor(o); err == nil {
+			delete(l.bind.pending, m.GetUID()) // the informer shows it bound
+		}
+	}
+	for uid, key := range l.bind.pending {
+		o, ok, _ := l.clusterIndex.GetByKey(key)
+		if m, err := meta.Accessor(o); !ok || err != nil || m.GetUID() != uid {
+			delete(l.bind.pending, uid) // gone (a Cluster of the name now is another)
+		}
 	}
 	view := make([]placement.Instance, 0, len(l.bind.leases))
 	for _, ls := range l.bind.leases {
 		bound, _ := l.clusterIndex.ByIndex(byInstance, ls.Name)
 		n := len(bound)
 		if ls.Name == l.Instance {
-			for key := range l.bind.pending {
-				if !containsKey(bound, key) {
-					n++
-				}
-			}
+			n += len(l.bind.pending)
 		}
 		view = append(view, ls.Instance(now, n))
 	}
 	return view, nil
 }
 
-func containsKey(objs []any, key string) bool {
-	for _, o := range objs {
-		if m, err := meta.Accessor(o); err == nil && m.GetNamespace()+"/"+m.GetName() == key {
-			return true
-		}
-	}
-	return false
-}
-
-// forgetBinding drops what is kept of a Cluster that is gone.
-func (l *Loop) forgetBinding(key string) {
-	l.bind.mu.Lock()
-	delete(l.bind.pending, key)
-	l.bind.mu.Unlock()
-}
-
 // needOf is what a Cluster asks of its instance.
-func needOf(spec v1alpha1.ClusterSpec) placement.Need {
+func needOf(cl *v1alpha1.Cluster) placement.Need {
 	var n placement.Need
-	if spec.Placement != nil {
-		n.Instance = spec.Placement.Instance
+	if p := cl.Spec.Placement; p != nil {
+		n.Instance = p.Instance
 	}
-	if spec.Resources != nil {
-		n.Memory, _ = cgroups.ParseMemory(spec.Resources.Memory)
+	if r := cl.Spec.Resources; r != nil {
+		n.Memory, _ = cgroups.ParseMemory(r.Memory)
 	}
-	n.External = spec.Datastore == v1alpha1.DatastoreExternal
+	n.External = cl.Spec.Datastore == v1alpha1.DatastoreExternal
+	n.Teardown = cl.DeletionTimestamp != nil
 	return n
 }
 
@@ -196,19 +214,34 @@ func (l *Loop) Running() int { return len(l.runningClusters()) }
 // external one is taken over once that instance's Lease has expired.
 const failoverCheck = 2 * time.Second
 
-// boundElsewhere handles a Cluster bound to another instance, owner: what this instance
-// still has of it goes (letGo), and one whose datastore is external is taken over when
-// owner's Lease has expired (its host is gone, or its serve stopped and released it) and
-// placement names this instance. The takeover is a rebind with the Cluster's
-// resourceVersion, so of the live instances one takes it; its bring-up fences owner's
-// processes out of the datastore (externaldb.Server.Take), should they still run.
+// boundElsewhere handles a Cluster bound to another instance, owner.
+//
+// A local datastore pins its cluster to the host its data is on. One whose data is not
+// here is none of this instance's business; one whose data is here was bound under a name
+// this instance no longer has (--instance changed, or the host's name), and is bound here
+// again once owner has no current Lease, never while owner is live (a label changed by
+// hand: nothing is touched, and a warning says so).
+//
+// An external datastore's cluster may run anywhere: what this instance still has of it
+// goes (letGo), and it is taken over when owner's Lease has expired (its host is gone, or
+// its serve stopped and released it) and placement names this instance. The takeover is a
+// rebind with the Cluster's resourceVersion, so of the live instances one takes it; its
+// bring-up fences owner's processes out of the datastore (externaldb.Server.Take), should
+// they still run. A deleted one is taken over the same way, for its teardown.
 func (l *Loop) boundElsewhere(ctx context.Context, u *unstructured.Unstructured, cl *v1alpha1.Cluster, owner string) (time.Duration, error) {
 	key := cl.Namespace + "/" + cl.Name
-	if again, err := l.letGo(key, cl, owner); again > 0 || err != nil {
-		return again, err
+	external := cl.Spec.Datastore == v1alpha1.DatastoreExternal
+	dataHere := exists(l.P.DataDir(cl.Name))
+	if !external && !dataHere {
+		return 0, nil
 	}
-	if cl.Spec.Datastore != v1alpha1.DatastoreExternal || l.Instances == nil || (cl.DeletionTimestamp != nil && len(cl.Finalizers) == 0) {
-		return 0, nil // a local datastore pins its cluster to its host
+	if external {
+		if again, err := l.letGo(key, cl, owner); again > 0 || err != nil {
+			return again, err
+		}
+	}
+	if l.Instances == nil || cl.DeletionTimestamp != nil && len(cl.Finalizers) == 0 {
+		return 0, nil
 	}
 	l.bind.mu.Lock()
 	defer l.bind.mu.Unlock()
@@ -218,25 +251,27 @@ func (l *Loop) boundElsewhere(ctx context.Context, u *unstructured.Unstructured,
 	}
 	for _, in := range view {
 		if in.Name == owner && in.Live {
+			if !external {
+				l.Log.Warn("bound to another live instance, yet its data is on this host: left alone", "cluster", key, "boundTo", owner)
+				return 10 * failoverCheck, nil
+			}
 			return failoverCheck, nil
 		}
 	}
-	if d := placement.Place(view, needOf(cl.Spec)); d.Instance != l.Instance {
-		return failoverCheck, nil // another live instance takes it, or none can yet
+	if external {
+		if d := placement.Place(view, needOf(cl)); d.Instance != l.Instance {
+			return failoverCheck, nil // another live instance takes it, or none can yet
+		}
 	}
-	b := u.DeepCopy()
-	labels := b.GetLabels()
-	labels[v1alpha1.InstanceLabel] = l.Instance
-	b.SetLabels(labels)
-	if _, err := l.Front.Resource(ClustersResource).Namespace(cl.Namespace).Update(ctx, b, metav1.UpdateOptions{}); err != nil {
-		return 0, err // a conflict: another instance took it first
+	if err := l.bindHere(ctx, u); err != nil {
+		return 0, err
 	}
-	if l.bind.pending == nil {
-		l.bind.pending = map[string]bool{}
+	if external {
+		l.Metrics.failovers.Inc()
+		l.Log.Info("taken over: its instance's lease expired", "cluster", key, "from", owner, "instance", l.Instance)
+	} else {
+		l.Log.Info("bound here again: its data is on this host, and the instance it was bound to has no current lease", "cluster", key, "from", owner, "instance", l.Instance)
 	}
-	l.bind.pending[key] = true
-	l.Metrics.failovers.Inc()
-	l.Log.Info("taken over: its instance's lease expired", "cluster", key, "from", owner, "instance", l.Instance)
 	return 0, nil
 }
 

@@ -62,7 +62,10 @@ type Loop struct {
 	// Instances, when set, is every instance's Lease on the front: placement reads it to
 	// decide which instance takes a new Cluster. Nil: this loop is the only instance.
 	Instances Instances
-	bind      binding
+	// FormerNames are names this instance had (the host's full name, which an earlier
+	// version wrote in status.instance): a Cluster whose status names one is bound here.
+	FormerNames []string
+	bind        binding
 	// MaxBringUps bounds concurrent bring-ups (default 2: each is CPU-heavy).
 	MaxBringUps int
 	// Adopt takes over, without a restart, the clusters an earlier run left running when
@@ -429,7 +432,6 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	if apierrors.IsNotFound(err) {
 		l.observePhase(key, "", 0)
 		l.forget(key, name)
-		l.forgetBinding(key)
 		return 0, nil // gone: its finalizer saw to the teardown
 	}
 	if err != nil {

@@ -133,9 +133,15 @@ var ErrNameInUse = errors.New("another serve holds this instance name")
 
 // Register creates or takes this instance's Lease, the namespace too when missing.
 func (h *Holder) Register(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
-	if _, err := h.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("front: create namespace %s: %w", Namespace, err)
+	// Made when missing only: on a front of its own operator's, serve may hold no right to
+	// create namespaces once it is there.
+	if _, err := h.Client.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+		if _, err := h.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("front: create namespace %s: %w", Namespace, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("front: namespace %s: %w", Namespace, err)
 	}
 	cur, err := h.Client.CoordinationV1().Leases(Namespace).Get(ctx, h.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -153,30 +159,50 @@ func (h *Holder) Register(ctx context.Context) error {
 	return err
 }
 
-// Keep renews the Lease every third of Duration until ctx ends. A failed renewal is
-// logged and tried again at the next tick: the front restarts (to renew its own
-// certificates) and is briefly away.
-func (h *Holder) Keep(ctx context.Context) {
+// Keep renews the Lease every third of Duration until ctx ends (nil), or until another
+// serve holds the name (ErrNameTaken): this serve must stop then, or two would run the
+// same Clusters. A renewal that fails otherwise is logged and tried again at the next
+// tick: the front restarts (to renew its own certificates) and is briefly away.
+func (h *Holder) Keep(ctx context.Context) error {
 	t := time.NewTicker(Duration / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
-			if err := h.renew(ctx); err != nil && ctx.Err() == nil {
+			err := h.renew(ctx)
+			if errors.Is(err, ErrNameTaken) {
+				return err
+			}
+			if err != nil && ctx.Err() == nil {
 				h.Log.Warn("instance lease not renewed; trying again", "instance", h.Name, "err", err)
 			}
 		}
 	}
 }
 
+// ErrNameTaken: another serve took this instance's name while its Lease had expired.
+var ErrNameTaken = errors.New("another serve holds this instance's name now")
+
 // Release deletes the Lease, so placement stops counting on this instance at once (a
 // stop that keeps clusters running for the next serve keeps the Lease instead: the next
 // run renews it).
 func (h *Holder) Release(ctx context.Context) error {
-	err := h.Client.CoordinationV1().Leases(Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{})
+	cur, err := h.Client.CoordinationV1().Leases(Namespace).Get(ctx, h.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur.Annotations[WhereAnnotation] != h.Where {
+		return nil // another serve's now: not this one's to release
+	}
+	// Only the Lease read: one another serve took meanwhile is not deleted.
+	err = h.Client.CoordinationV1().Leases(Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
 	return err
@@ -192,7 +218,7 @@ func (h *Holder) renew(ctx context.Context) error {
 		return err
 	}
 	if w := cur.Annotations[WhereAnnotation]; w != h.Where {
-		return fmt.Errorf("the lease is held from %s now, not here (%s): two serves share --instance %s", w, h.Where, h.Name)
+		return fmt.Errorf("--instance %s: %w (%s; this is %s)", h.Name, ErrNameTaken, w, h.Where)
 	}
 	_, err = h.Client.CoordinationV1().Leases(Namespace).Update(ctx, h.lease(cur), metav1.UpdateOptions{})
 	return err

@@ -51,8 +51,14 @@ func TestRegisterRefusesANameHeldFromElsewhere(t *testing.T) {
 		t.Fatalf("the name from another host once its Lease expired: %v", err)
 	}
 	// The serve that lost it says so at its next renewal, and does not take it back.
-	if err := a.renew(ctx); err == nil {
-		t.Error("the serve whose name was taken renewed it")
+	if err := a.renew(ctx); !errors.Is(err, ErrNameTaken) {
+		t.Errorf("the serve whose name was taken renewed it: %v; want ErrNameTaken", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if leases, _ := List(ctx, c); len(leases) != 1 {
+		t.Fatalf("the serve that lost the name released the Lease of the one that took it: %v", leases)
 	}
 	if err := other.Release(ctx); err != nil {
 		t.Fatal(err)

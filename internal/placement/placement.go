@@ -54,6 +54,9 @@ type Need struct {
 	// External: its datastore is on the shared external server, which only an instance
 	// that reaches it can serve.
 	External bool
+	// Teardown: the Cluster is deleted and only its teardown remains, which needs no room:
+	// capacity and memory do not count.
+	Teardown bool
 }
 
 // Why a Cluster could not be placed: the reason of its condition.
@@ -128,8 +131,8 @@ func Place(instances []Instance, need Need) Decision {
 }
 
 func fits(in Instance, need Need) bool {
-	return in.Free() > 0 && (need.Memory == 0 || in.MemoryAvailable == 0 || in.MemoryAvailable >= need.Memory) &&
-		(!need.External || in.External)
+	room := need.Teardown || in.Free() > 0 && (need.Memory == 0 || in.MemoryAvailable == 0 || in.MemoryAvailable >= need.Memory)
+	return room && (!need.External || in.External)
 }
 
 func short(in Instance, need Need) string {
@@ -139,10 +142,12 @@ func short(in Instance, need Need) string {
 		}
 		return "it has no external datastore (serve --external-datastore)"
 	}
+	// No counts or bytes that change by the minute: the message goes in a status that
+	// every instance writes alike, and would be rewritten at each change.
 	if in.Free() == 0 {
-		return fmt.Sprintf("%d of its %d clusters are bound", in.Bound, in.Capacity)
+		return fmt.Sprintf("it is at its capacity of %d clusters", in.Capacity)
 	}
-	return fmt.Sprintf("%d bytes free, %d needed", in.MemoryAvailable, need.Memory)
+	return fmt.Sprintf("its host has less memory free than the %d MiB the cluster asks", need.Memory>>20)
 }
 
 // better says whether a is a better home than b: more free slots, then more free

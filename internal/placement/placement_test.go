@@ -10,7 +10,7 @@ import (
 // Every view of up to three instances (each live or not, capacity 0, 1 or unlimited, 0
 // or 1 bound, memory unreported, short or ample, with the external datastore or not)
 // against every need (a hint for the second name, for a name no instance has, or none;
-// memory asked or not; an external datastore or not): the decision is a live instance
+// memory asked or not; an external datastore or not; a teardown or not): the decision is a live instance
 // with room, none better exists, and the order of the instances does not change it; no
 // decision is made only when no instance could take it, and the reason says which case.
 func TestEveryViewOfThreeInstances(t *testing.T) {
@@ -35,6 +35,7 @@ func TestEveryViewOfThreeInstances(t *testing.T) {
 			for _, ext := range []bool{false, true} {
 				needs = append(needs, Need{Instance: hint, Memory: mem, External: ext})
 			}
+			needs = append(needs, Need{Instance: hint, Memory: mem, Teardown: true})
 		}
 	}
 	cases := 0
@@ -67,8 +68,8 @@ func check(t *testing.T, view []Instance, need Need) {
 		t.Fatalf("%+v %+v: %+v, reversed %+v", view, need, d, r)
 	}
 	can := func(in Instance) bool {
-		return in.Live && in.Free() > 0 && (need.Memory == 0 || in.MemoryAvailable == 0 || in.MemoryAvailable >= need.Memory) &&
-			(need.Instance == "" || need.Instance == in.Name) && (!need.External || in.External)
+		room := need.Teardown || in.Free() > 0 && (need.Memory == 0 || in.MemoryAvailable == 0 || in.MemoryAvailable >= need.Memory)
+		return in.Live && room && (need.Instance == "" || need.Instance == in.Name) && (!need.External || in.External)
 	}
 	if d.Instance == "" {
 		if d.Reason == "" || d.Message == "" {
