@@ -23,6 +23,11 @@ const (
 	// that instance, in a write that carries the Cluster's resourceVersion, so two
 	// instances never both bind one Cluster. Only the bound instance touches it.
 	InstanceLabel = "socialweb.computer/instance"
+	// EpochAnnotation counts a Cluster's bindings: each bind (to an instance, then on
+	// each takeover by another) raises it in the same write. An external datastore is
+	// taken at it and refuses an older one, so an instance that lost the Cluster cannot
+	// take its datastore back.
+	EpochAnnotation = "socialweb.computer/epoch"
 )
 
 // Cluster phases (status.phase).

@@ -145,7 +145,7 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 	metrics := clusterprovider.NewMetrics()
 	loop := &clusterprovider.Loop{Instance: o.instance, FormerNames: []string{host}, MaxBringUps: o.maxBringUps, MaxRunning: o.maxRunning, Log: log, Metrics: metrics,
 		Adopt: o.adopt, KeepOnExit: keep, MaxRestartsAtOnce: o.maxRestarts}
-	cfg.OnEvent = loop.StepEvent
+	cfg.OnEvent, cfg.KeepIdentity = loop.StepEvent, loop.KeepIdentity
 	p, err := clusterprovider.New(cfg)
 	if err != nil {
 		return err

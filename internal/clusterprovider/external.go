@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/atomicfile"
@@ -34,10 +36,21 @@ func secretKey(file string) string { return strings.ReplaceAll(file, "/", ".") }
 // carryIdentity, for an external cluster, places the identity the front keeps for it in
 // its DataDir before a bring-up, when the DataDir has none (a first bring-up on this
 // instance, such as after a failover). The first bring-up anywhere finds no Secret and
-// mints one; saveIdentity keeps it then.
+// mints one; KeepIdentity keeps it before the datastore is taken. A DataDir here of
+// another Cluster of the name (one deleted while this host was away) is a stale copy: it
+// goes first.
 func (l *Loop) carryIdentity(ctx context.Context, ns, name string, np NodePolicy) error {
 	if np.ExternalUID == "" {
 		return nil
+	}
+	uidFile := l.P.tenantSpec(name).Layout().ClusterUID()
+	if exists(l.P.DataDir(name)) && !l.P.HasDatastore(name) {
+		if b, _ := os.ReadFile(uidFile); string(b) != np.ExternalUID {
+			l.Log.Info("a DataDir of another Cluster of the name is here: removed", "cluster", ns+"/"+name)
+			if err := l.P.RemoveDataDir(name); err != nil {
+				return err
+			}
+		}
 	}
 	sec, err := l.Core.CoreV1().Secrets(ns).Get(ctx, identitySecret(name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -64,11 +77,42 @@ func (l *Loop) carryIdentity(ctx context.Context, ns, name string, np NodePolicy
 // clusterUIDAnnotation on the identity Secret names the Cluster it is the identity of.
 const clusterUIDAnnotation = "socialweb.computer/cluster-uid"
 
-// saveIdentity keeps an external cluster's identity on the front once it has come up,
-// unless it is kept already: the identity is minted once, and never replaced.
+// KeepIdentity is the provider's Config.KeepIdentity: the identity of the external cluster
+// named cluster (the Cluster that owns the name) kept on the front, before its datastore is
+// taken.
+func (l *Loop) KeepIdentity(ctx context.Context, cluster string) error {
+	named, err := l.clusterIndex.ByIndex(byName, cluster)
+	if err != nil {
+		return err
+	}
+	all := make([]runtime.Object, 0, len(named))
+	for _, o := range named {
+		all = append(all, o.(runtime.Object))
+	}
+	key := NameOwner(all, cluster)
+	for _, o := range named {
+		u := o.(*unstructured.Unstructured)
+		if u.GetNamespace()+"/"+u.GetName() != key {
+			continue
+		}
+		var cl v1alpha1.Cluster
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &cl); err != nil {
+			return err
+		}
+		return l.saveIdentity(ctx, &cl)
+	}
+	return fmt.Errorf("cluster %s: no Cluster of the name on the front", cluster)
+}
+
+// saveIdentity keeps an external cluster's identity on the front, unless it is kept
+// already: the identity is minted once, and never replaced. The DataDir records whose
+// copy it holds (carryIdentity).
 func (l *Loop) saveIdentity(ctx context.Context, cl *v1alpha1.Cluster) error {
 	if cl.Spec.Datastore != v1alpha1.DatastoreExternal {
 		return nil
+	}
+	if err := atomicfile.WriteFile(l.P.tenantSpec(cl.Name).Layout().ClusterUID(), []byte(cl.UID), 0o600); err != nil {
+		return err
 	}
 	_, err := l.Core.CoreV1().Secrets(cl.Namespace).Get(ctx, identitySecret(cl.Name), metav1.GetOptions{})
 	if err == nil || !apierrors.IsNotFound(err) {

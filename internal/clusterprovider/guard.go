@@ -167,10 +167,14 @@ func takeExternal(ctx context.Context, s clusterstack.Spec, ext *externaldb.Serv
 	if err != nil {
 		return fmt.Errorf("external datastore: its CA: %w", err)
 	}
-	pw, err := ext.Take(ctx, externaldb.Tenant{Database: s.External.Database, Role: s.External.Role})
+	tenant := externaldb.Tenant{Database: s.External.Database, Role: s.External.Role}
+	pw, fenced, err := ext.Take(ctx, tenant, s.External.Epoch)
 	if err != nil {
 		return err
 	}
+	// A login of the fenced holder that began just before the take may still complete:
+	// ended as it registers, for the server's authentication_timeout (externaldb.Sweep).
+	go ext.Sweep(context.WithoutCancel(ctx), tenant, fenced)
 	if err := atomicfile.WriteFile(l.ExternalCA(), ca, 0o600); err != nil {
 		return err
 	}

@@ -453,11 +453,13 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	for _, o := range named {
 		all = append(all, o.(runtime.Object))
 	}
-	if b := boundTo(u); b != "" && b != l.Instance {
-		return l.boundElsewhere(ctx, u, &cl, b) // another instance's: it alone touches it
-	}
+	// The name first: what this instance has of a name (its DataDir, its port, its
+	// processes) is the owner's, and only the owner's binding may let go of it.
 	if owner := NameOwner(all, cl.Name); owner != key {
 		return 0, l.refuseName(ctx, &cl, owner)
+	}
+	if b := boundTo(u); b != "" && b != l.Instance {
+		return l.boundElsewhere(ctx, u, &cl, b) // another instance's: it alone touches it
 	}
 	if boundTo(u) == "" {
 		return l.place(ctx, u, &cl)
@@ -566,6 +568,12 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 		o.LastActive, o.Connections = l.Activity.Activity(cl.Name)
 		o.CreateAsleep = cl.Spec.CreateAsleep
 		o.Datastore = l.P.HasDatastore(cl.Name)
+		if cl.Spec.Datastore == v1alpha1.DatastoreExternal {
+			// Its datastore is on the server, made at its first bring-up on any instance:
+			// it is never created asleep (which mints an identity here, without a look at
+			// the one the front keeps).
+			o.CreateAsleep, o.Datastore = false, true
+		}
 		// A real guest keeps its cluster awake: its kubelet and pods would lose their
 		// apiserver. Simulated ones do not.
 		o.RealNodes = realGuestCount(l.P.DataDir(cl.Name))
@@ -1248,6 +1256,7 @@ func policyOf(cl *v1alpha1.Cluster) NodePolicy {
 	np := PolicyOf(cl.Spec)
 	if cl.Spec.Datastore == v1alpha1.DatastoreExternal {
 		np.ExternalUID = string(cl.UID)
+		np.ExternalEpoch = epochOf(cl.GetAnnotations())
 	}
 	return np
 }

@@ -97,6 +97,10 @@ type Config struct {
 	// External, when set, is the PostgreSQL server that holds the datastores of clusters
 	// whose spec.datastore is external (internal/externaldb).
 	External *externaldb.Server
+	// KeepIdentity, when set, keeps an external cluster's identity where another instance
+	// finds it (Loop.KeepIdentity: a Secret on the front), before its datastore is taken
+	// and the identity guard writes the identity there.
+	KeepIdentity func(ctx context.Context, cluster string) error
 }
 
 // FrontDoor is where the front door serves tenants.
@@ -386,8 +390,10 @@ type NodePolicy struct {
 	Resources   cgroups.Limits
 	Objects     int64
 	// ExternalUID, when set, puts the cluster's datastore on the external server, in the
-	// database of the Cluster with this front uid (externaldb.TenantOf).
-	ExternalUID string
+	// database of the Cluster with this front uid (externaldb.TenantOf), taken at
+	// ExternalEpoch (its binding's, v1alpha1.EpochAnnotation).
+	ExternalUID   string
+	ExternalEpoch int64
 }
 
 // UpWith is Up with the cluster's own node policy (a Cluster's spec on the front).
@@ -415,7 +421,7 @@ func (p *Provider) tenantWith(name string, np NodePolicy) (clusterstack.Spec, No
 		if err != nil {
 			return s, np, fmt.Errorf("cluster %s: %w", name, err)
 		}
-		s.External = &clusterstack.External{Host: p.cfg.External.Host, Port: p.cfg.External.Port, Database: t.Database, Role: t.Role}
+		s.External = &clusterstack.External{Host: p.cfg.External.Host, Port: p.cfg.External.Port, Database: t.Database, Role: t.Role, Epoch: np.ExternalEpoch}
 	}
 	np.Resources = np.Resources.Or(p.cfg.Limits)
 	if np.Objects == 0 {
@@ -617,6 +623,9 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 	c.renewAt, c.renewScheduled = p.nextRenewal(l.Root)
 	logsFrom := logSizes(l)
 	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as, Templates: p.templates(), External: p.cfg.External}
+	if keep := p.cfg.KeepIdentity; keep != nil && s.External != nil {
+		in.KeepIdentity = func(ctx context.Context) error { return keep(ctx, name) }
+	}
 	if restoring {
 		in.Restore = p.restoreDir(name)
 	}

@@ -52,6 +52,10 @@ type StepInput struct {
 	// External is the external PostgreSQL server, for a cluster whose datastore is there
 	// (Spec.External): no Postgres step, and kine's step takes the database over first.
 	External *externaldb.Server
+	// KeepIdentity, when set, keeps the identity of a cluster whose datastore is external
+	// where another instance finds it: before the take, so that a datastore never holds an
+	// identity kept nowhere else.
+	KeepIdentity func(ctx context.Context) error
 }
 
 // StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
@@ -85,6 +89,9 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 	if s.External != nil {
 		// Taken over first: whoever held it before is fenced out before this kine starts.
 		guard = all(func(ctx context.Context) error { return takeExternal(ctx, s, in.External, in.As) }, guard)
+		if in.KeepIdentity != nil {
+			guard = all(in.KeepIdentity, guard)
+		}
 	}
 	if in.Restore != "" && s.External != nil {
 		return nil, errors.New("a restore into an external datastore is not supported: restore into a local one")

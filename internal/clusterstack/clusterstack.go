@@ -52,6 +52,9 @@ type External struct {
 	Host           string
 	Port           int
 	Database, Role string
+	// Epoch is the Cluster's binding epoch at this bring-up: the datastore is taken at it,
+	// and refuses a take of an older one (externaldb.Server.Take).
+	Epoch int64
 }
 
 // DefaultServiceCIDR is the tenant clusters' service range. It is a setting inside each

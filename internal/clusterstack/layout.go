@@ -77,8 +77,12 @@ func (l Layout) KinePGPass() string { return l.path("pki", "kine.pgpass") }
 // ExternalPGPass is kine's password for an external datastore, replaced at every start
 // (externaldb.Server.Take), and ExternalCA the CA that verifies that server: both read by
 // kine, so component files.
-func (l Layout) ExternalPGPass() string   { return l.path("pki", "external.pgpass") }
-func (l Layout) ExternalCA() string       { return l.path("pki", "external-ca.crt") }
+func (l Layout) ExternalPGPass() string { return l.path("pki", "external.pgpass") }
+func (l Layout) ExternalCA() string     { return l.path("pki", "external-ca.crt") }
+
+// ClusterUID is the front uid of the Cluster whose copy a DataDir of an external cluster
+// is: a DataDir of another Cluster of the name is not reused.
+func (l Layout) ClusterUID() string       { return l.path("cluster-uid") }
 func (l Layout) EncryptionConfig() string { return l.path("pki", "encryption-config.yaml") }
 
 func (l Layout) CACert() string               { return l.path("pki", "ca.crt") }

@@ -14,10 +14,15 @@ package externaldb
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/pbkdf2"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -141,7 +146,19 @@ func (s Server) Check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Close(ctx)
+	defer c.Close(context.Background())
+	// What Take and Drop need: roles and databases made, and other sessions ended (the
+	// fence), which only a superuser or a member of pg_signal_backend may do.
+	var may bool
+	err = c.QueryRow(ctx, `SELECT rolsuper OR (rolcreaterole AND rolcreatedb AND pg_has_role(current_user, 'pg_signal_backend', 'MEMBER'))
+		FROM pg_roles WHERE rolname = current_user`).Scan(&may)
+	if err != nil {
+		return fmt.Errorf("external datastore %s: %w", s.Address(), err)
+	}
+	if !may {
+		return fmt.Errorf("external datastore %s: role %s may not make tenants or fence them: ALTER ROLE %s CREATEROLE CREATEDB; GRANT pg_signal_backend TO %s", s.Address(), s.Admin, s.Admin, s.Admin)
+	}
+	return nil
 }
 
 // Tenant is one cluster's database and role on the server: both named by the cluster's
@@ -158,66 +175,111 @@ func TenantOf(uid string) (Tenant, error) {
 	return Tenant{Database: n, Role: n}, nil
 }
 
+// ErrFenced: the datastore was taken over at a later epoch, by the instance a Cluster is
+// bound to now (or dropped): this bring-up must not touch it.
+var ErrFenced = errors.New("the datastore was taken over by a later bring-up")
+
 // Take makes t's role and database exist (the role owning the database, nobody else
-// allowed to connect to it), and takes them over for a bring-up: a new password for the
-// role, and every session of the role ended (the fence; see the package comment). It
-// returns the new password, for the caller to write where kine reads it.
-func (s Server) Take(ctx context.Context, t Tenant) (string, error) {
+// allowed to connect to it), and takes them over for a bring-up of epoch (the Cluster's
+// binding epoch: every rebind to another instance raises it): a new password for the role,
+// and every session of the role ended (the fence; see the package comment). A take of an
+// epoch older than one already taken is refused (ErrFenced): an instance that lost the
+// Cluster, restarting its processes, cannot take the datastore back. It returns the new
+// password, for the caller to write where kine reads it, and when the fence began.
+func (s Server) Take(ctx context.Context, t Tenant, epoch int64) (string, time.Time, error) {
 	raw := make([]byte, 24)
 	if _, err := rand.Read(raw); err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	password := hex.EncodeToString(raw)
+	verifier, err := scramVerifier(password)
+	if err != nil {
+		return "", time.Time{}, err
+	}
 	c, err := s.admin(ctx)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	defer c.Close(context.Background())
-	role, db := pgx.Identifier{t.Role}.Sanitize(), pgx.Identifier{t.Database}.Sanitize()
-	// A quoted literal inside the session: the password is on no argv and in no log.
-	lit := "'" + strings.ReplaceAll(password, "'", "''") + "'"
-	var has bool
-	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", t.Role).Scan(&has); err != nil {
-		return "", fmt.Errorf("external datastore %s: %w", s.Address(), err)
+	fail := func(what string, err error) (string, time.Time, error) {
+		return "", time.Time{}, fmt.Errorf("external datastore %s: %s %s: %w", s.Address(), what, t.Role, err)
 	}
-	if has {
-		_, err = c.Exec(ctx, "ALTER ROLE "+role+" LOGIN PASSWORD "+lit)
-	} else {
-		// Least privilege: it logs in and owns its one database, nothing more.
-		_, err = c.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD "+lit)
+	if _, err := c.Exec(ctx, fenceTable); err != nil {
+		return fail("the fence table, for", err)
+	}
+	role, db := pgx.Identifier{t.Role}.Sanitize(), pgx.Identifier{t.Database}.Sanitize()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return fail("take", err)
+	}
+	defer tx.Rollback(context.Background())
+	// The epoch first: its row lock orders two takes of one tenant, and the older loses.
+	var now int64
+	err = tx.QueryRow(ctx, `INSERT INTO socialweb_fence (role, epoch) VALUES ($1, $2)
+		ON CONFLICT (role) DO UPDATE SET epoch = EXCLUDED.epoch WHERE socialweb_fence.epoch <= EXCLUDED.epoch
+		RETURNING epoch`, t.Role, epoch).Scan(&now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var held int64
+		tx.QueryRow(ctx, "SELECT epoch FROM socialweb_fence WHERE role = $1", t.Role).Scan(&held)
+		return fail("take", fmt.Errorf("%w (epoch %d here, %d taken)", ErrFenced, epoch, held))
 	}
 	if err != nil {
-		return "", fmt.Errorf("external datastore %s: role %s: %w", s.Address(), t.Role, err)
+		return fail("take", err)
+	}
+	var has bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", t.Role).Scan(&has); err != nil {
+		return fail("role", err)
+	}
+	// The password goes as a SCRAM verifier computed here: the password itself is in no
+	// statement the server could log (log_statement=ddl), and on no argv.
+	lit := "'" + strings.ReplaceAll(verifier, "'", "''") + "'"
+	if has {
+		_, err = tx.Exec(ctx, "ALTER ROLE "+role+" LOGIN PASSWORD "+lit)
+	} else {
+		// Least privilege: it logs in and owns its one database, nothing more.
+		_, err = tx.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD "+lit)
+	}
+	if err != nil {
+		return fail("role", err)
+	}
+	var fenced time.Time
+	if err := tx.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&fenced); err != nil {
+		return fail("take", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail("take", err)
 	}
 	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", t.Database).Scan(&has); err != nil {
-		return "", fmt.Errorf("external datastore %s: %w", s.Address(), err)
+		return fail("database of", err)
 	}
 	if !has {
 		if _, err := c.Exec(ctx, "CREATE DATABASE "+db+" OWNER "+role); err != nil {
-			return "", fmt.Errorf("external datastore %s: database %s: %w", s.Address(), t.Database, err)
+			return fail("database of", err)
 		}
 		if _, err := c.Exec(ctx, "REVOKE ALL ON DATABASE "+db+" FROM PUBLIC"); err != nil {
-			return "", fmt.Errorf("external datastore %s: database %s: %w", s.Address(), t.Database, err)
+			return fail("database of", err)
 		}
 	}
-	if err := s.endSessions(ctx, c, t); err != nil {
-		return "", err
+	if err := s.endSessions(ctx, c, t, fenced); err != nil {
+		return "", time.Time{}, err
 	}
-	return password, nil
+	return password, fenced, nil
 }
 
-// endSessions ends every session of t's role, and looks again until none has been seen
-// for a moment: a session that authenticated with the old password just before it was
-// replaced registers a little after, and is ended too.
-func (s Server) endSessions(ctx context.Context, c *pgx.Conn, t Tenant) error {
+// fenceTable holds, in the administrator's database, the epoch each tenant was last
+// taken at.
+const fenceTable = `CREATE TABLE IF NOT EXISTS socialweb_fence (role text PRIMARY KEY, epoch bigint NOT NULL)`
+
+// endSessions ends every client session of t's role (or on its database) that began
+// before fenced, and looks again until none has been seen for a moment. Sessions that
+// began after are the new holder's.
+func (s Server) endSessions(ctx context.Context, c *pgx.Conn, t Tenant, fenced time.Time) error {
 	const quiet = 300 * time.Millisecond
 	deadline := time.Now().Add(30 * time.Second)
 	for calm := 0; calm < 2; {
-		var ended int
-		err := c.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE (usename = $1 OR datname = $2) AND pid <> pg_backend_pid()`, t.Role, t.Database).Scan(&ended)
+		ended, err := s.endOnce(ctx, c, t, fenced)
 		if err != nil {
-			return fmt.Errorf("external datastore %s: end the sessions of %s: %w", s.Address(), t.Role, err)
+			return err
 		}
 		if ended == 0 {
 			calm++
@@ -236,6 +298,67 @@ func (s Server) endSessions(ctx context.Context, c *pgx.Conn, t Tenant) error {
 	return nil
 }
 
+func (s Server) endOnce(ctx context.Context, c *pgx.Conn, t Tenant, fenced time.Time) (int, error) {
+	var ended int
+	err := c.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND (usename = $1 OR datname = $2)
+		AND backend_start < $3 AND pid <> pg_backend_pid()`, t.Role, t.Database, fenced).Scan(&ended)
+	if err != nil {
+		return 0, fmt.Errorf("external datastore %s: end the sessions of %s: %w", s.Address(), t.Role, err)
+	}
+	return ended, nil
+}
+
+// Sweep ends, until the server's authentication_timeout has passed since fenced, the
+// sessions of t's role that began before fenced: a login that read the old password's
+// verifier just before the take may complete that long after it (PostgreSQL reads the
+// verifier when the exchange begins), and is ended as soon as it registers. It returns
+// when that time has passed or ctx ends; errors only delay it.
+func (s Server) Sweep(ctx context.Context, t Tenant, fenced time.Time) {
+	c, err := s.admin(ctx)
+	if err != nil {
+		return
+	}
+	defer c.Close(context.Background())
+	var timeout string
+	if err := c.QueryRow(ctx, "SELECT setting FROM pg_settings WHERE name = 'authentication_timeout'").Scan(&timeout); err != nil {
+		return
+	}
+	secs, _ := strconv.Atoi(timeout)
+	until := fenced.Add(time.Duration(secs+1) * time.Second)
+	for time.Now().Before(until) {
+		s.endOnce(ctx, c, t, fenced)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// scramVerifier is PostgreSQL's SCRAM-SHA-256 verifier of password (RFC 5802, 7677;
+// 4096 iterations, as PostgreSQL makes them): what the server stores, from which the
+// password cannot be had.
+func scramVerifier(password string) (string, error) {
+	salt := make([]byte, 16)
+	if _, err := rand.Read(salt); err != nil {
+		return "", err
+	}
+	const iterations = 4096
+	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, sha256.Size)
+	if err != nil {
+		return "", err
+	}
+	mac := func(key []byte, msg string) []byte {
+		h := hmac.New(sha256.New, key)
+		h.Write([]byte(msg))
+		return h.Sum(nil)
+	}
+	stored := sha256.Sum256(mac(salted, "Client Key"))
+	b64 := base64.StdEncoding.EncodeToString
+	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", iterations, b64(salt), b64(stored[:]), b64(mac(salted, "Server Key"))), nil
+}
+
 // Drop removes t's database and role: the teardown of a deleted cluster, its data with it.
 // What is already gone is done.
 func (s Server) Drop(ctx context.Context, t Tenant) error {
@@ -247,7 +370,16 @@ func (s Server) Drop(ctx context.Context, t Tenant) error {
 	if _, err := c.Exec(ctx, "ALTER ROLE "+pgx.Identifier{t.Role}.Sanitize()+" NOLOGIN"); err != nil && !isMissing(err) {
 		return fmt.Errorf("external datastore %s: role %s: %w", s.Address(), t.Role, err)
 	}
-	if err := s.endSessions(ctx, c, t); err != nil {
+	// The fence closes for good: a restart of a cluster that is gone, however late, cannot
+	// make its database again.
+	if _, err := c.Exec(ctx, fenceTable); err != nil {
+		return fmt.Errorf("external datastore %s: the fence table: %w", s.Address(), err)
+	}
+	if _, err := c.Exec(ctx, `INSERT INTO socialweb_fence (role, epoch) VALUES ($1, $2)
+		ON CONFLICT (role) DO UPDATE SET epoch = EXCLUDED.epoch`, t.Role, int64(math.MaxInt64)); err != nil {
+		return fmt.Errorf("external datastore %s: close the fence of %s: %w", s.Address(), t.Role, err)
+	}
+	if err := s.endSessions(ctx, c, t, time.Now().Add(time.Hour)); err != nil {
 		return err
 	}
 	if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{t.Database}.Sanitize()); err != nil {

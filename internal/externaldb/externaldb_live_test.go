@@ -17,7 +17,7 @@ import (
 
 // Against a real PostgreSQL server over TLS: Take makes a tenant's role and database, and
 // each Take fences the one before (its session ended, its password refused) while the
-// data stays; one tenant's role cannot open another's database; bad credentials and an
+// data stays, and a take of an older epoch is refused; one tenant's role cannot open another's database; bad credentials and an
 // unreachable server are errors that say so; Drop removes all of it, twice over.
 func TestTakeFencesTheHolderBefore(t *testing.T) {
 	livetest.Start(t)
@@ -27,7 +27,7 @@ func TestTakeFencesTheHolderBefore(t *testing.T) {
 	t1, _ := externaldb.TenantOf("11111111-2222-3333-4444-555555555555")
 	t2, _ := externaldb.TenantOf("66666666-7777-8888-9999-000000000000")
 
-	pw1, err := s.Take(ctx, t1)
+	pw1, _, err := s.Take(ctx, t1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,9 +39,13 @@ func TestTakeFencesTheHolderBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pw2, err := s.Take(ctx, t1)
+	pw2, _, err := s.Take(ctx, t1, 2)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The holder of epoch 1, restarting, cannot take it back.
+	if _, _, err := s.Take(ctx, t1, 1); !errors.Is(err, externaldb.ErrFenced) {
+		t.Errorf("a take of an older epoch: %v; want ErrFenced", err)
 	}
 	if pw2 == pw1 {
 		t.Fatal("the second Take kept the password")
@@ -65,7 +69,7 @@ func TestTakeFencesTheHolderBefore(t *testing.T) {
 	}
 	now.Close(ctx)
 
-	pwOther, err := s.Take(ctx, t2)
+	pwOther, _, err := s.Take(ctx, t2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +91,7 @@ func TestTakeFencesTheHolderBefore(t *testing.T) {
 	if err := gone.Check(ctx); err == nil || !strings.Contains(err.Error(), gone.Address()) {
 		t.Errorf("an unreachable server: %v; want an error naming it", err)
 	}
-	if _, err := gone.Take(ctx, t1); err == nil {
+	if _, _, err := gone.Take(ctx, t1, 3); err == nil {
 		t.Error("Take on an unreachable server succeeded")
 	}
 
@@ -98,6 +102,12 @@ func TestTakeFencesTheHolderBefore(t *testing.T) {
 	}
 	if has, err := s.Exists(ctx, t1); err != nil || has {
 		t.Errorf("after Drop: exists %v, %v", has, err)
+	}
+	if _, _, err := s.Take(ctx, t1, 99); !errors.Is(err, externaldb.ErrFenced) {
+		t.Errorf("a take after Drop: %v; want ErrFenced (a late restart must not make the database again)", err)
+	}
+	if has, _ := s.Exists(ctx, t1); has {
+		t.Error("a take after Drop made the database again")
 	}
 	if c, err := s.Connect(ctx, t1.Role, pw2, "postgres"); err == nil {
 		c.Close(ctx)

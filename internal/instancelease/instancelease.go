@@ -143,12 +143,8 @@ func (h *Holder) Register(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("front: namespace %s: %w", Namespace, err)
 	}
-	cur, err := h.Client.CoordinationV1().Leases(Namespace).Get(ctx, h.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = h.Client.CoordinationV1().Leases(Namespace).Create(ctx, h.lease(nil), metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
+	cur, err := h.current(ctx)
+	if cur == nil || err != nil {
 		return err
 	}
 	if l, err := FromLease(cur); err == nil && l.Where != h.Where && l.Live(time.Now()) {
@@ -209,12 +205,8 @@ func (h *Holder) Release(ctx context.Context) error {
 }
 
 func (h *Holder) renew(ctx context.Context) error {
-	cur, err := h.Client.CoordinationV1().Leases(Namespace).Get(ctx, h.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = h.Client.CoordinationV1().Leases(Namespace).Create(ctx, h.lease(nil), metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
+	cur, err := h.current(ctx)
+	if cur == nil || err != nil {
 		return err
 	}
 	if w := cur.Annotations[WhereAnnotation]; w != h.Where {
@@ -222,6 +214,17 @@ func (h *Holder) renew(ctx context.Context) error {
 	}
 	_, err = h.Client.CoordinationV1().Leases(Namespace).Update(ctx, h.lease(cur), metav1.UpdateOptions{})
 	return err
+}
+
+// current is the instance's Lease as the front has it; nil (and no error) when there was
+// none, and this call created it.
+func (h *Holder) current(ctx context.Context) (*coordinationv1.Lease, error) {
+	cur, err := h.Client.CoordinationV1().Leases(Namespace).Get(ctx, h.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = h.Client.CoordinationV1().Leases(Namespace).Create(ctx, h.lease(nil), metav1.CreateOptions{})
+		return nil, err
+	}
+	return cur, err
 }
 
 // lease is the Lease to write: cur (nil for a new one) renewed, with the report of now.
