@@ -34,10 +34,11 @@ type Instance struct {
 // Unlimited is the capacity of an instance without a cap.
 const Unlimited = -1
 
-// Free is how many more Clusters i may take (a large number when Unlimited).
+// Free is how many more Clusters i may take: when Unlimited, a large number less what is
+// bound, so that instances without a cap still share Clusters out by count.
 func (i Instance) Free() int {
 	if i.Capacity == Unlimited {
-		return 1 << 30
+		return 1<<30 - i.Bound
 	}
 	return max(i.Capacity-i.Bound, 0)
 }

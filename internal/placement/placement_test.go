@@ -126,6 +126,19 @@ func TestClustersFillEveryInstanceAndNoMore(t *testing.T) {
 	}
 }
 
+// Instances without a cap share Clusters out by count, not by the memory their hosts
+// reported (which two instances on one host report alike, and which lags by a renewal).
+func TestUnlimitedInstancesShareByCount(t *testing.T) {
+	view := []Instance{{Name: "a", Live: true, Capacity: Unlimited, MemoryAvailable: 9 << 30}, {Name: "b", Live: true, Capacity: Unlimited, MemoryAvailable: 8 << 30}}
+	for range 6 {
+		d := Place(view, Need{})
+		view[slices.IndexFunc(view, func(in Instance) bool { return in.Name == d.Instance })].Bound++
+	}
+	if view[0].Bound != 3 || view[1].Bound != 3 {
+		t.Errorf("bound %d and %d, want 3 and 3", view[0].Bound, view[1].Bound)
+	}
+}
+
 // BenchmarkPlace is one decision among 100 instances as 10,000 Clusters are placed one
 // after another (the view updated after each, as the front's would be).
 func BenchmarkPlace(b *testing.B) {
