@@ -45,7 +45,9 @@ func (l *Loop) carryIdentity(ctx context.Context, ns, name string, np NodePolicy
 	}
 	uidFile := l.P.tenantSpec(name).Layout().ClusterUID()
 	if exists(l.P.DataDir(name)) && !l.P.HasDatastore(name) {
-		if b, _ := os.ReadFile(uidFile); string(b) != np.ExternalUID {
+		// A DataDir says whose copy it is once its identity is kept (saveIdentity) or
+		// placed (below); one that does not say is this Cluster's, cut short before.
+		if b, err := os.ReadFile(uidFile); err == nil && string(b) != np.ExternalUID {
 			l.Log.Info("a DataDir of another Cluster of the name is here: removed", "cluster", ns+"/"+name)
 			if err := l.P.RemoveDataDir(name); err != nil {
 				return err
@@ -71,28 +73,27 @@ func (l *Loop) carryIdentity(ctx context.Context, ns, name string, np NodePolicy
 		}
 		files[f] = b
 	}
-	return l.P.PlaceIdentity(name, files)
+	if err := l.P.PlaceIdentity(name, files); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(uidFile, []byte(np.ExternalUID), 0o600)
 }
 
 // clusterUIDAnnotation on the identity Secret names the Cluster it is the identity of.
 const clusterUIDAnnotation = "socialweb.computer/cluster-uid"
 
 // KeepIdentity is the provider's Config.KeepIdentity: the identity of the external cluster
-// named cluster (the Cluster that owns the name) kept on the front, before its datastore is
-// taken.
-func (l *Loop) KeepIdentity(ctx context.Context, cluster string) error {
+// named cluster, of the Cluster whose front uid is uid, kept on the front before its
+// datastore is taken. A Cluster of the name with another uid (deleted and made again
+// during the bring-up) is not this one: nothing is kept for it.
+func (l *Loop) KeepIdentity(ctx context.Context, cluster, uid string) error {
 	named, err := l.clusterIndex.ByIndex(byName, cluster)
 	if err != nil {
 		return err
 	}
-	all := make([]runtime.Object, 0, len(named))
-	for _, o := range named {
-		all = append(all, o.(runtime.Object))
-	}
-	key := NameOwner(all, cluster)
 	for _, o := range named {
 		u := o.(*unstructured.Unstructured)
-		if u.GetNamespace()+"/"+u.GetName() != key {
+		if string(u.GetUID()) != uid {
 			continue
 		}
 		var cl v1alpha1.Cluster
@@ -101,7 +102,7 @@ func (l *Loop) KeepIdentity(ctx context.Context, cluster string) error {
 		}
 		return l.saveIdentity(ctx, &cl)
 	}
-	return fmt.Errorf("cluster %s: no Cluster of the name on the front", cluster)
+	return fmt.Errorf("cluster %s: no Cluster of uid %s on the front: it was deleted", cluster, uid)
 }
 
 // saveIdentity keeps an external cluster's identity on the front, unless it is kept

@@ -158,7 +158,7 @@ var errNoExternalDatastore = errors.New("the cluster's datastore is external, an
 // takeExternal takes the cluster's database on the external server over for this
 // bring-up (externaldb.Server.Take, the fence) and writes what kine dials it with: the
 // new password, and the CA that verifies the server, both readable by kine's user only.
-func takeExternal(ctx context.Context, s clusterstack.Spec, ext *externaldb.Server, as runAs) error {
+func takeExternal(ctx context.Context, s clusterstack.Spec, ext *externaldb.Server, sweeper *externaldb.Sweeper, as runAs) error {
 	if ext == nil {
 		return errNoExternalDatastore
 	}
@@ -173,8 +173,10 @@ func takeExternal(ctx context.Context, s clusterstack.Spec, ext *externaldb.Serv
 		return err
 	}
 	// A login of the fenced holder that began just before the take may still complete:
-	// ended as it registers, for the server's authentication_timeout (externaldb.Sweep).
-	go ext.Sweep(context.WithoutCancel(ctx), tenant, fenced)
+	// ended as it registers, for the server's authentication_timeout.
+	if sweeper != nil {
+		sweeper.Add(tenant, fenced)
+	}
 	if err := atomicfile.WriteFile(l.ExternalCA(), ca, 0o600); err != nil {
 		return err
 	}

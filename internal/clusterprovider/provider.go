@@ -100,7 +100,7 @@ type Config struct {
 	// KeepIdentity, when set, keeps an external cluster's identity where another instance
 	// finds it (Loop.KeepIdentity: a Secret on the front), before its datastore is taken
 	// and the identity guard writes the identity there.
-	KeepIdentity func(ctx context.Context, cluster string) error
+	KeepIdentity func(ctx context.Context, cluster, uid string) error
 }
 
 // FrontDoor is where the front door serves tenants.
@@ -125,6 +125,9 @@ const InstallHint = "deploy/install-components.sh"
 type Provider struct {
 	cfg  Config
 	book *portallocator.Book
+	// sweeper ends the late logins of a fenced holder after each take of an external
+	// datastore (nil without one).
+	sweeper *externaldb.Sweeper
 
 	namesMu sync.Mutex
 	names   *frontdoor.Names // the front door's names now (SetFrontDoorNames); nil: cfg's
@@ -169,7 +172,11 @@ func New(cfg Config) (*Provider, error) {
 	if b := cfg.APIServerBindAddress; b != "" {
 		book.ProbeOn("127.0.0.1", b)
 	}
-	return &Provider{cfg: cfg, book: book}, nil
+	p := &Provider{cfg: cfg, book: book}
+	if cfg.External != nil {
+		p.sweeper = externaldb.NewSweeper(*cfg.External)
+	}
+	return p, nil
 }
 
 // Leases is the lease book (for inspection and tests).
@@ -622,9 +629,10 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 		doorNames: doorNames, as: as, inputs: inputsDigest(l)}
 	c.renewAt, c.renewScheduled = p.nextRenewal(l.Root)
 	logsFrom := logSizes(l)
-	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as, Templates: p.templates(), External: p.cfg.External}
+	in := StepInput{Spec: s, Identity: id, Admin: admin, As: as, Templates: p.templates(), External: p.cfg.External, Sweeper: p.sweeper}
 	if keep := p.cfg.KeepIdentity; keep != nil && s.External != nil {
-		in.KeepIdentity = func(ctx context.Context) error { return keep(ctx, name) }
+		uid := pol.ExternalUID
+		in.KeepIdentity = func(ctx context.Context) error { return keep(ctx, name, uid) }
 	}
 	if restoring {
 		in.Restore = p.restoreDir(name)

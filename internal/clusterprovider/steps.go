@@ -56,6 +56,8 @@ type StepInput struct {
 	// where another instance finds it: before the take, so that a datastore never holds an
 	// identity kept nowhere else.
 	KeepIdentity func(ctx context.Context) error
+	// Sweeper ends the fenced holder's late logins after the take.
+	Sweeper *externaldb.Sweeper
 }
 
 // StepsFor assembles the cluster's process group: Postgres, kine (carrying the identity
@@ -88,7 +90,7 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 	guard := func(ctx context.Context) error { return guardIdentity(ctx, s, in.External, in.Identity) }
 	if s.External != nil {
 		// Taken over first: whoever held it before is fenced out before this kine starts.
-		guard = all(func(ctx context.Context) error { return takeExternal(ctx, s, in.External, in.As) }, guard)
+		guard = all(func(ctx context.Context) error { return takeExternal(ctx, s, in.External, in.Sweeper, in.As) }, guard)
 		if in.KeepIdentity != nil {
 			guard = all(in.KeepIdentity, guard)
 		}

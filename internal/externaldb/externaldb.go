@@ -158,6 +158,9 @@ func (s Server) Check(ctx context.Context) error {
 	if !may {
 		return fmt.Errorf("external datastore %s: role %s may not make tenants or fence them: ALTER ROLE %s CREATEROLE CREATEDB; GRANT pg_signal_backend TO %s", s.Address(), s.Admin, s.Admin, s.Admin)
 	}
+	if _, err := c.Exec(ctx, fenceTable); err != nil {
+		return fmt.Errorf("external datastore %s: the fence's table in database %s: %w (role %s needs CREATE there, or to own it)", s.Address(), s.AdminDatabase, err, s.Admin)
+	}
 	return nil
 }
 
@@ -204,9 +207,6 @@ func (s Server) Take(ctx context.Context, t Tenant, epoch int64) (string, time.T
 	fail := func(what string, err error) (string, time.Time, error) {
 		return "", time.Time{}, fmt.Errorf("external datastore %s: %s %s: %w", s.Address(), what, t.Role, err)
 	}
-	if _, err := c.Exec(ctx, fenceTable); err != nil {
-		return fail("the fence table, for", err)
-	}
 	role, db := pgx.Identifier{t.Role}.Sanitize(), pgx.Identifier{t.Database}.Sanitize()
 	tx, err := c.Begin(ctx)
 	if err != nil {
@@ -242,11 +242,13 @@ func (s Server) Take(ctx context.Context, t Tenant, epoch int64) (string, time.T
 	if err != nil {
 		return fail("role", err)
 	}
-	var fenced time.Time
-	if err := tx.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&fenced); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return fail("take", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	// After the commit: a login that read the old verifier began before this, and is
+	// ended by what follows; one that begins after reads the new one.
+	var fenced time.Time
+	if err := c.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&fenced); err != nil {
 		return fail("take", err)
 	}
 	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", t.Database).Scan(&has); err != nil {
@@ -267,7 +269,9 @@ func (s Server) Take(ctx context.Context, t Tenant, epoch int64) (string, time.T
 }
 
 // fenceTable holds, in the administrator's database, the epoch each tenant was last
-// taken at.
+// taken at. Check makes it (once per look, before any take of this server's instance),
+// not Take: an administrator without CREATE there is told so by Check, and takes at once
+// on a fresh server do not race to make it.
 const fenceTable = `CREATE TABLE IF NOT EXISTS socialweb_fence (role text PRIMARY KEY, epoch bigint NOT NULL)`
 
 // endSessions ends every client session of t's role (or on its database) that began
@@ -309,33 +313,6 @@ func (s Server) endOnce(ctx context.Context, c *pgx.Conn, t Tenant, fenced time.
 	return ended, nil
 }
 
-// Sweep ends, until the server's authentication_timeout has passed since fenced, the
-// sessions of t's role that began before fenced: a login that read the old password's
-// verifier just before the take may complete that long after it (PostgreSQL reads the
-// verifier when the exchange begins), and is ended as soon as it registers. It returns
-// when that time has passed or ctx ends; errors only delay it.
-func (s Server) Sweep(ctx context.Context, t Tenant, fenced time.Time) {
-	c, err := s.admin(ctx)
-	if err != nil {
-		return
-	}
-	defer c.Close(context.Background())
-	var timeout string
-	if err := c.QueryRow(ctx, "SELECT setting FROM pg_settings WHERE name = 'authentication_timeout'").Scan(&timeout); err != nil {
-		return
-	}
-	secs, _ := strconv.Atoi(timeout)
-	until := fenced.Add(time.Duration(secs+1) * time.Second)
-	for time.Now().Before(until) {
-		s.endOnce(ctx, c, t, fenced)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
 // scramVerifier is PostgreSQL's SCRAM-SHA-256 verifier of password (RFC 5802, 7677;
 // 4096 iterations, as PostgreSQL makes them): what the server stores, from which the
 // password cannot be had.
@@ -372,9 +349,6 @@ func (s Server) Drop(ctx context.Context, t Tenant) error {
 	}
 	// The fence closes for good: a restart of a cluster that is gone, however late, cannot
 	// make its database again.
-	if _, err := c.Exec(ctx, fenceTable); err != nil {
-		return fmt.Errorf("external datastore %s: the fence table: %w", s.Address(), err)
-	}
 	if _, err := c.Exec(ctx, `INSERT INTO socialweb_fence (role, epoch) VALUES ($1, $2)
 		ON CONFLICT (role) DO UPDATE SET epoch = EXCLUDED.epoch`, t.Role, int64(math.MaxInt64)); err != nil {
 		return fmt.Errorf("external datastore %s: close the fence of %s: %w", s.Address(), t.Role, err)
