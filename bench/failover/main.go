@@ -74,7 +74,7 @@ func main() {
 		_, err := op.Clusters.Create(ctx, v1alpha1.Object("Cluster", names[i], map[string]any{"account": "acme", "datastore": v1alpha1.DatastoreExternal}), metav1.CreateOptions{})
 		measure.Check(err)
 	}
-	on := waitReady(ctx, op.Clusters, names, "", 8*time.Minute)
+	on, _ := waitReady(ctx, op.Clusters, names, "", 8*time.Minute)
 	var onA []string
 	for _, name := range names {
 		if on[name] == "host-a" {
@@ -109,7 +109,7 @@ func main() {
 	measure.Check(err)
 	expired := lease.Spec.RenewTime.Add(instancelease.Duration)
 	fmt.Printf("host-a lost (%d processes killed); its lease expires %.1fs later\n", len(victims), expired.Sub(lost).Seconds())
-	ready := waitReadyOn(ctx, op.Clusters, onA, "host-b", 5*time.Minute)
+	_, ready := waitReady(ctx, op.Clusters, onA, "host-b", 5*time.Minute)
 	var fromLoss, fromExpiry []float64
 	for _, name := range onA {
 		fromLoss = append(fromLoss, ready[name].Sub(lost).Seconds())
@@ -133,68 +133,43 @@ func main() {
 	}
 }
 
-// waitReady waits until every named Cluster is Ready (on instance, when given) and
-// returns the instance each runs on.
-func waitReady(ctx context.Context, clusters interface {
+// getter is the Clusters of the front's default namespace, as the benchmark reads them.
+type getter interface {
 	Get(context.Context, string, metav1.GetOptions, ...string) (*unstructured.Unstructured, error)
-}, names []string, instance string, within time.Duration) map[string]string {
-	on := map[string]string{}
+}
+
+// readyOn is the instance the Cluster name is Ready on, bound there; "" while it is not.
+func readyOn(ctx context.Context, clusters getter, name string) string {
+	u, err := clusters.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	at, _, _ := unstructured.NestedString(u.Object, "status", "instance")
+	if phase != v1alpha1.PhaseReady || at == "" || u.GetLabels()[v1alpha1.InstanceLabel] != at {
+		return ""
+	}
+	return at
+}
+
+// waitReady waits until every named Cluster is Ready (on instance, when given), looking
+// every 100 ms, and returns the instance each runs on and when it was first seen so.
+func waitReady(ctx context.Context, clusters getter, names []string, instance string, within time.Duration) (map[string]string, map[string]time.Time) {
+	on, at := map[string]string{}, map[string]time.Time{}
 	deadline := time.Now().Add(within)
 	for len(on) < len(names) {
 		for _, name := range names {
 			if on[name] != "" {
 				continue
 			}
-			u, err := clusters.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-			at, _, _ := unstructured.NestedString(u.Object, "status", "instance")
-			if phase == v1alpha1.PhaseReady && at != "" && (instance == "" || at == instance) && u.GetLabels()[v1alpha1.InstanceLabel] == at {
-				on[name] = at
+			if got := readyOn(ctx, clusters, name); got != "" && (instance == "" || got == instance) {
+				on[name], at[name] = got, time.Now()
 			}
 		}
 		if time.Now().After(deadline) {
-			measure.Check(fmt.Errorf("not Ready within %s: %v of %v", within, len(on), strings.Join(names, ",")))
+			measure.Check(fmt.Errorf("not Ready within %s: %d of %s", within, len(on), strings.Join(names, ",")))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return on
-}
-
-// waitReadyOn waits until every named Cluster is Ready on instance, and returns when each
-// was first seen so (to the 100 ms of the look).
-func waitReadyOn(ctx context.Context, clusters interface {
-	Get(context.Context, string, metav1.GetOptions, ...string) (*unstructured.Unstructured, error)
-}, names []string, instance string, within time.Duration) map[string]time.Time {
-	at := map[string]time.Time{}
-	deadline := time.Now().Add(within)
-	for len(at) < len(names) {
-		for _, name := range names {
-			if _, ok := at[name]; ok {
-				continue
-			}
-			if got := waitReadyOnce(ctx, clusters, name, instance); got {
-				at[name] = time.Now()
-			}
-		}
-		if time.Now().After(deadline) {
-			measure.Check(fmt.Errorf("not Ready on %s within %s: %d of %d", instance, within, len(at), len(names)))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return at
-}
-
-func waitReadyOnce(ctx context.Context, clusters interface {
-	Get(context.Context, string, metav1.GetOptions, ...string) (*unstructured.Unstructured, error)
-}, name, instance string) bool {
-	u, err := clusters.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return false
-	}
-	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-	at, _, _ := unstructured.NestedString(u.Object, "status", "instance")
-	return phase == v1alpha1.PhaseReady && at == instance && u.GetLabels()[v1alpha1.InstanceLabel] == instance
+	return on, at
 }

@@ -2,13 +2,11 @@ package clusterprovider
 
 import (
 	"context"
-	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"socialweb.computer/kcp/api/v1alpha1"
-	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/materialiser"
 	"socialweb.computer/kcp/internal/placement"
 )
@@ -104,16 +102,13 @@ func (l *Loop) letGo(key string, cl *v1alpha1.Cluster, owner string) (time.Durat
 			return 0, err
 		}
 	}
-	_, err := os.Stat(l.P.DataDir(cl.Name))
-	dataHere := err == nil
+	dataHere := exists(l.P.DataDir(cl.Name))
 	if port := l.leaseOf(cl.Name); port != 0 || dataHere && cl.Spec.Datastore == v1alpha1.DatastoreExternal {
 		if err := l.P.ReapSurvivorsOf(cl.Name); err != nil {
 			return 0, err
 		}
-		if port != 0 {
-			if err := l.P.Leases().Release(port, leaseHolder(clusterstack.Spec{Name: cl.Name})); err != nil {
-				return 0, err
-			}
+		if err := l.releaseLease(cl.Name); err != nil {
+			return 0, err
 		}
 		// Only a copy goes: never a DataDir that holds a datastore of its own.
 		if dataHere && cl.Spec.Datastore == v1alpha1.DatastoreExternal && !l.P.HasDatastore(cl.Name) {

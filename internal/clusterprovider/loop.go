@@ -171,9 +171,6 @@ type runState struct {
 	stopping    bool       // an OpStop is stopping its cluster: no stale restart may begin
 	np          NodePolicy // the policy of its last bring-up: a restart brings it up again with it
 	restarting  *Cluster   // the running cluster a restart is scheduled for (stale, or to read renewed credentials)
-	// identitySaved: its identity is on the front, for another instance to bring it up
-	// with (an external datastore's cluster; external.go).
-	identitySaved bool
 	// certsIssued and certsExpire are its status' certificatesIssued and certificatesExpire
 	// as this run last read them; nil: not read by this run (the status keeps its own).
 	certsIssued, certsExpire *metav1.Time
@@ -517,14 +514,6 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	l.mu.Lock()
 	c, up := st.cluster, st.group == materialiser.GroupUp
 	l.mu.Unlock()
-	if up && c != nil && !st.identitySaved {
-		if err := l.saveIdentity(ctx, &cl); err != nil {
-			return 0, fmt.Errorf("keep its identity on the front: %w", err)
-		}
-		l.mu.Lock()
-		st.identitySaved = true
-		l.mu.Unlock()
-	}
 	if up && c != nil {
 		// An extra name given while it runs: the certificate is minted again and the
 		// apiserver reloads it; a bring-up mints with the names of its time.
@@ -602,6 +591,14 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 	}
 	o.KubeconfigSet = err == nil
 	return o, nil
+}
+
+// releaseLease releases the port cluster name holds here, if it holds one.
+func (l *Loop) releaseLease(name string) error {
+	if port := l.leaseOf(name); port != 0 {
+		return l.P.Leases().Release(port, leaseHolder(clusterstack.Spec{Name: name}))
+	}
+	return nil
 }
 
 func (l *Loop) leaseOf(name string) int {
@@ -762,10 +759,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 	case materialiser.OpReapSurvivors:
 		return l.P.ReapSurvivorsOf(cl.Name)
 	case materialiser.OpReleaseLease:
-		if port := l.leaseOf(cl.Name); port != 0 {
-			return l.P.Leases().Release(port, leaseHolder(clusterstack.Spec{Name: cl.Name}))
-		}
-		return nil
+		return l.releaseLease(cl.Name)
 	case materialiser.OpRemoveDataDir:
 		return l.P.RemoveDataDir(cl.Name)
 	case materialiser.OpDeleteKubeconfig:
