@@ -28,6 +28,10 @@ const (
 	// taken at it and refuses an older one, so an instance that lost the Cluster cannot
 	// take its datastore back.
 	EpochAnnotation = "socialweb.computer/epoch"
+	// LocalNameAnnotation is a Cluster's local name (internal/localname): unique on the
+	// front, where its own name is unique only in its namespace. Its DataDir, port, OS
+	// user, node names and providerIDs carry it. Recorded at its first bind, never changed.
+	LocalNameAnnotation = "socialweb.computer/local-name"
 )
 
 // Cluster phases (status.phase).

@@ -272,7 +272,8 @@ func serve(o *serveOptions, stdout, stderr io.Writer) error {
 				log.Error("front door", "err", err)
 			}
 		}()
-		fmt.Fprintf(stdout, "front door: %s; a cluster NAME is at https://NAME.%s:%d\n", doorLn.Addr(), cfg.FrontDoor.Names.BaseDomain, cfg.FrontDoor.Port)
+		fmt.Fprintf(stdout, "front door: %s; cluster NAME of namespace NS is at https://NAME.NS.%[2]s:%[3]d, and at https://NAME.%[2]s:%[3]d in the default namespace\n",
+			doorLn.Addr(), cfg.FrontDoor.Names.BaseDomain, cfg.FrontDoor.Port)
 	}
 	var died, loopErr error
 	var frontEvents <-chan clusterprovider.FrontEvent // nil, never ready, without a front of serve's own

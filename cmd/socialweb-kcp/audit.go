@@ -90,7 +90,7 @@ func hostCluster(ctx context.Context, g *globals, name, dataRoot string) (string
 	if err != nil {
 		return "", nil, v1alpha1.Cluster{}, err
 	}
-	dataDir := clusterprovider.DataDirOf(dataRoot, name)
+	dataDir := clusterprovider.DataDirOf(dataRoot, clusterprovider.LocalNameOf(&cl))
 	if _, err := os.Stat(dataDir); err != nil {
 		return "", nil, v1alpha1.Cluster{}, fmt.Errorf("--data-root %s: no DataDir of cluster %s here (%w); run this on the provider's host, with serve's --data-root", dataRoot, name, err)
 	}

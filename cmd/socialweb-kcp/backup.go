@@ -57,7 +57,7 @@ func backupCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("cluster %s's datastore does not run (it is asleep, parked or stopped): a backup is taken of a running cluster; start it (socialweb-kcp up %s), then back it up", name, name)
 			}
 			t0 := time.Now()
-			sql, keys, err := clusterprovider.DatastoreOf(dataRoot, name, pgBin).Dump(ctx)
+			sql, keys, err := clusterprovider.DatastoreOf(dataRoot, clusterprovider.LocalNameOf(&cl), pgBin).Dump(ctx)
 			if err != nil {
 				return fmt.Errorf("cluster %s: %w", name, err)
 			}
@@ -184,18 +184,30 @@ func restoreCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The staging is keyed by the cluster's local name: a parked Cluster's, or one
+			// chosen now and recorded on the Cluster declared (its bind keeps it).
+			cl := &v1alpha1.Cluster{TypeMeta: typeMeta("Cluster"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: spec}
+			local := name
 			if parked {
 				if b := existing.Labels[v1alpha1.InstanceLabel]; b != "" && b != instance {
 					return fmt.Errorf("cluster %s is bound to instance %s, not to this host's (%s): run restore on %s's host", name, b, orDash(instance), b)
 				}
-			}
-			if _, err := os.Lstat(clusterprovider.DataDirOf(dataRoot, name)); err == nil {
-				if parked {
-					return fmt.Errorf("cluster %s is parked with its data (%s): a restore replaces only data that is lost; remove the cluster (socialweb-kcp down %s), or restore into another name", name, clusterprovider.DataDirOf(dataRoot, name), name)
+				local = clusterprovider.LocalNameOf(&existing)
+			} else {
+				all, err := f.clusters(ctx, true)
+				if err != nil {
+					return err
 				}
-				return fmt.Errorf("--data-root %s holds a DataDir of cluster %s: it is still being removed, or another front's; wait, or remove it", dataRoot, name)
+				local = clusterprovider.ChooseLocalName(cl, all)
+				cl.Annotations = map[string]string{v1alpha1.LocalNameAnnotation: local}
 			}
-			staged := clusterprovider.RestoreDirOf(dataRoot, name)
+			if _, err := os.Lstat(clusterprovider.DataDirOf(dataRoot, local)); err == nil {
+				if parked {
+					return fmt.Errorf("cluster %s is parked with its data (%s): a restore replaces only data that is lost; remove the cluster (socialweb-kcp down %s), or restore into another name", name, clusterprovider.DataDirOf(dataRoot, local), name)
+				}
+				return fmt.Errorf("--data-root %s holds a DataDir of cluster %s: it is still being removed, or another front's; wait, or remove it", dataRoot, local)
+			}
+			staged := clusterprovider.RestoreDirOf(dataRoot, local)
 			if _, err := os.Lstat(staged); err == nil && !parked {
 				return fmt.Errorf("a restore of %s is staged (%s) and no Cluster %s is declared: remove that directory, then restore again", name, staged, name)
 			}
@@ -204,7 +216,6 @@ func restoreCmd(g *globals) *cobra.Command {
 			// restore run again takes as a lost cluster's, and a deletion removes.
 			created := false
 			if !parked {
-				cl := &v1alpha1.Cluster{TypeMeta: typeMeta("Cluster"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: spec}
 				no := false
 				cl.Spec.Running, cl.Spec.CreateAsleep = &no, false
 				// A backup is of a local datastore, and restored into one, on this host.
@@ -263,7 +274,7 @@ func restoreCmd(g *globals) *cobra.Command {
 			if err := watchCluster(ctx, f, out, w.timeout, name, "Ready", false, func(c v1alpha1.Cluster) (bool, error) { ready = c; return upVerdict(c) }); err != nil {
 				return err
 			}
-			have, err := clusterprovider.DatastoreOf(dataRoot, name, pgBin).Keys(ctx)
+			have, err := clusterprovider.DatastoreOf(dataRoot, local, pgBin).Keys(ctx)
 			if err != nil {
 				return fmt.Errorf("cluster %s is Ready, but its objects could not be counted: %w", name, err)
 			}

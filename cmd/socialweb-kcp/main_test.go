@@ -188,7 +188,6 @@ func TestUpVerdict(t *testing.T) {
 		{c("Initializing", "BringingUp"), false, false},
 		{c("Ready", "Ready"), true, false},
 		{c("Unavailable", "BringUpFailed"), false, true},
-		{c("Unavailable", "NameTaken"), false, true},
 		{c("Unavailable", "BackingOff"), false, false},
 		{c("Unavailable", "ComponentExited"), false, false},
 	} {

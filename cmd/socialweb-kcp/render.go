@@ -206,8 +206,6 @@ func upVerdict(c v1alpha1.Cluster) (done bool, err error) {
 	switch {
 	case c.Status.Phase == v1alpha1.PhaseReady && c.Status.URL != "":
 		return true, nil
-	case readyReason(c) == "NameTaken":
-		return false, fmt.Errorf("cluster %s: %s", c.Name, readyMessage(c))
 	case readyReason(c) == "BringUpFailed":
 		return false, fmt.Errorf("cluster %s: %s (the provider retries with backoff; socialweb-kcp status %s shows how it goes, socialweb-kcp down %s removes it)", c.Name, readyMessage(c), c.Name, c.Name)
 	}

@@ -64,7 +64,8 @@ func (l *Loop) place(ctx context.Context, u *unstructured.Unstructured, cl *v1al
 	}
 	l.bind.mu.Lock()
 	defer l.bind.mu.Unlock() // one decision at a time: what it counts as bound here is exact
-	if !l.hasHere(cl) && l.Instances != nil {
+	here := l.hasHere(cl)
+	if !here && l.Instances != nil {
 		view, err := l.instanceView(ctx)
 		if err != nil {
 			return 0, err
@@ -78,7 +79,7 @@ func (l *Loop) place(ctx context.Context, u *unstructured.Unstructured, cl *v1al
 			return placeAgain, nil // the instance named takes it; looked at again in case it does not
 		}
 	}
-	if err := l.bindHere(ctx, u); err != nil {
+	if err := l.bindHere(ctx, u, here); err != nil {
 		return 0, err
 	}
 	l.Log.Info("bound here", "cluster", cl.Namespace+"/"+cl.Name, "instance", l.Instance)
@@ -94,15 +95,29 @@ func (l *Loop) hasHere(cl *v1alpha1.Cluster) bool {
 	if cl.Spec.Datastore == v1alpha1.DatastoreExternal {
 		return false // its data is on the server: a DataDir here is a copy, maybe of another Cluster of the name
 	}
-	return exists(l.P.DataDir(cl.Name)) || exists(l.P.restoreDir(cl.Name))
+	return exists(l.P.DataDir(localName(cl))) || exists(l.P.restoreDir(localName(cl)))
 }
 
 // bindHere binds the Cluster in u to this instance, in an update that carries its
-// resourceVersion. A conflict (another instance bound it first, or it changed) is no
-// news: its event brings the next pass. Any other failure is logged, since the pass that
-// returns it is only retried. l.bind.mu is held.
-func (l *Loop) bindHere(ctx context.Context, u *unstructured.Unstructured) error {
+// resourceVersion, and records its local name at its first bind (legacy: something of it
+// is here under its own name already). A conflict (another instance bound it first, or it
+// changed) is no news: its event brings the next pass. Any other failure is logged, since
+// the pass that returns it is only retried. l.bind.mu is held.
+func (l *Loop) bindHere(ctx context.Context, u *unstructured.Unstructured, legacy bool) error {
 	b := u.DeepCopy()
+	// A recorded name is kept (a rebind). One only asked for (a restore staged here asks
+	// for the name it chose alike) is given only if it is the one chosen: a Cluster cannot
+	// take another's DataDir by naming it.
+	if asked := b.GetAnnotations()[v1alpha1.LocalNameAnnotation]; asked == "" || boundTo(b) == "" {
+		name, err := l.chooseLocalName(u, legacy)
+		if err != nil {
+			return err
+		}
+		if asked != "" && asked != name {
+			l.Log.Warn("the local name asked for is not given", "cluster", b.GetNamespace()+"/"+b.GetName(), "asked", asked, "given", name)
+		}
+		withLocalName(b, name)
+	}
 	labels := b.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}

@@ -31,7 +31,7 @@ func boundCluster(ns, name, uid, instance string) *unstructured.Unstructured {
 // own binds the informer does not show yet, each once; a pending bind is forgotten once
 // the informer shows it, or once its Cluster is gone or is another Cluster of the name.
 func TestTheViewCountsPendingBindsOnce(t *testing.T) {
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byName: indexByName, byInstance: indexByInstance})
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byLocal: indexByLocal, byInstance: indexByInstance})
 	idx.Add(boundCluster("default", "a1", "u-a1", "host-a"))
 	idx.Add(boundCluster("default", "b1", "u-b1", "host-b"))
 	idx.Add(boundCluster("default", "new", "u-new", "")) // bound here, the informer behind

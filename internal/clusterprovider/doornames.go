@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/frontdoor"
 )
 
@@ -23,30 +24,27 @@ type Router interface {
 // are routed to it, and if not, which one and why.
 const ExtraNamesCondition = "ExtraNames"
 
-// Claims are the extra names the Clusters in objs ask for. Of Clusters that share a name
-// (in different namespaces) only the owner's count (NameOwner): the others are refused.
-func Claims(objs []runtime.Object) []frontdoor.Claim {
-	// Grouped by name once: NameOwner then reads only a name's few objects, so a pass
-	// stays linear in the Clusters however many ask for names.
-	byName := map[string][]runtime.Object{}
-	for _, o := range objs {
-		if m, err := meta.Accessor(o); err == nil {
-			byName[m.GetName()] = append(byName[m.GetName()], o)
-		}
-	}
-	var out []frontdoor.Claim
+// Claims are the extra names the Clusters in objs ask for, and the Clusters the front
+// door knows by namespace: each that has a local name recorded (it was bound). One
+// without is not routed yet: its local name is chosen when it is bound.
+func Claims(objs []runtime.Object) ([]frontdoor.Claim, []frontdoor.Hosted) {
+	var claims []frontdoor.Claim
+	var hosted []frontdoor.Hosted
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			continue
 		}
-		names, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "extraNames")
-		if len(names) == 0 || NameOwner(byName[u.GetName()], u.GetName()) != u.GetNamespace()+"/"+u.GetName() {
+		local := u.GetAnnotations()[v1alpha1.LocalNameAnnotation]
+		if local == "" {
 			continue
 		}
-		out = append(out, frontdoor.Claim{Cluster: u.GetName(), Names: names, Since: u.GetCreationTimestamp().Time})
+		hosted = append(hosted, frontdoor.Hosted{Namespace: u.GetNamespace(), Name: u.GetName(), Local: local})
+		if names, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "extraNames"); len(names) > 0 {
+			claims = append(claims, frontdoor.Claim{Cluster: local, Names: names, Since: u.GetCreationTimestamp().Time})
+		}
 	}
-	return out
+	return claims, hosted
 }
 
 // syncDoorNames decides the front door's names from every Cluster the lister has and,
@@ -62,13 +60,14 @@ func (l *Loop) syncDoorNames() {
 	if err != nil {
 		return // an informer's lister does not fail; the next pass tries again
 	}
-	names, refused := base.WithClaims(Claims(objs))
+	claims, hosted := Claims(objs)
+	names, refused := base.WithClusters(hosted).WithClaims(claims)
 	byCluster := map[string][]string{}
 	for _, r := range refused {
 		byCluster[r.Cluster] = append(byCluster[r.Cluster], r.Error())
 	}
 	l.namesMu.Lock()
-	changed := l.names == nil || !maps.Equal(l.names.Extra, names.Extra)
+	changed := l.names == nil || !maps.Equal(l.names.Extra, names.Extra) || !maps.Equal(l.names.Namespaced, names.Namespaced)
 	l.names, l.refusedNames = &names, byCluster
 	l.namesMu.Unlock()
 	if changed {
@@ -76,7 +75,7 @@ func (l *Loop) syncDoorNames() {
 		if l.Router != nil {
 			l.Router.SetNames(names)
 		}
-		l.Log.Info("front door names", "extra", names.Extra)
+		l.Log.Info("front door names", "extra", names.Extra, "clusters", len(names.Namespaced))
 		// Every Cluster that asks for names may have won or lost one: each pass writes its
 		// condition, and mints its certificate again when it runs.
 		for _, o := range objs {
@@ -89,8 +88,8 @@ func (l *Loop) syncDoorNames() {
 	}
 }
 
-// extraNamesCondition is what conds should say of cluster's spec.extraNames: removed
-// when it asks for none.
+// extraNamesCondition is what conds should say of spec.extraNames of the cluster of local
+// name name: removed when it asks for none.
 func (l *Loop) extraNamesCondition(conds *[]metav1.Condition, name string, extra []string, generation int64) {
 	if len(extra) == 0 {
 		meta.RemoveStatusCondition(conds, ExtraNamesCondition)
@@ -108,7 +107,7 @@ func (l *Loop) extraNamesCondition(conds *[]metav1.Condition, name string, extra
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Refused", strings.Join(refused, "; ")
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, "Routed"
-		c.Message = "routed to this cluster and on its serving certificate: " + strings.Join(names.Of(name)[1:], ", ")
+		c.Message = "routed to this cluster and on its serving certificate: " + strings.Join(names.Of(name)[len(names.Own(name)):], ", ")
 	}
 	meta.SetStatusCondition(conds, c)
 }

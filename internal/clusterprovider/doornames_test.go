@@ -22,9 +22,13 @@ type fakeRouter struct{ set []frontdoor.Names }
 
 func (r *fakeRouter) SetNames(n frontdoor.Names) { r.set = append(r.set, n) }
 
-func clusterWithNames(ns, name string, age time.Duration, names ...string) *unstructured.Unstructured {
+// clusterWithNames is a Cluster bound with local name local ("": not bound yet).
+func clusterWithNames(ns, name, local string, age time.Duration, names ...string) *unstructured.Unstructured {
 	u := v1alpha1.Object("Cluster", name, map[string]any{"account": "a"})
 	u.SetNamespace(ns)
+	if local != "" {
+		u.SetAnnotations(map[string]string{v1alpha1.LocalNameAnnotation: local})
+	}
 	u.SetCreationTimestamp(metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(-age)))
 	if len(names) > 0 {
 		unstructured.SetNestedStringSlice(u.Object, names, "spec", "extraNames")
@@ -33,22 +37,23 @@ func clusterWithNames(ns, name string, age time.Duration, names ...string) *unst
 }
 
 // The names a Cluster asks for reach the front door and the serving certificate; a name
-// an older Cluster holds is refused with a condition naming the field; a Cluster that
-// shares another namespace's cluster name claims nothing.
+// an older Cluster holds is refused with a condition naming the field; another account's
+// Cluster of the same name claims by its own local name; one not bound yet claims nothing.
 func TestExtraNamesAreRoutedCertifiedOrRefused(t *testing.T) {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, u := range []*unstructured.Unstructured{
-		clusterWithNames("team-a", "shop", 2*time.Hour, "api.shop.example", "www.shop.example"),
-		clusterWithNames("team-b", "copy", time.Hour, "api.shop.example", "copy.example"),
-		clusterWithNames("team-c", "shop", 3*time.Minute, "sneaky.example"), // not the owner of "shop"
-		clusterWithNames("team-a", "plain", time.Hour),
+		clusterWithNames("team-a", "shop", "shop", 2*time.Hour, "api.shop.example", "www.shop.example"),
+		clusterWithNames("team-b", "copy", "copy", time.Hour, "api.shop.example", "copy.example"),
+		clusterWithNames("team-c", "shop", "shop-0a1b2c3d", 3*time.Minute, "own.example"),
+		clusterWithNames("team-d", "new", "", time.Minute, "early.example"), // not bound yet
+		clusterWithNames("team-a", "plain", "plain", time.Hour),
 	} {
 		idx.Add(u)
 	}
 	objs, _ := cache.NewGenericLister(idx, ClustersResource.GroupResource()).List(labels.Everything())
-	claims := Claims(objs)
-	if len(claims) != 2 {
-		t.Fatalf("claims = %+v, want shop's (team-a) and copy's", claims)
+	claims, hosted := Claims(objs)
+	if len(claims) != 3 || len(hosted) != 4 {
+		t.Fatalf("claims = %+v, hosted = %+v; want the claims of shop (both) and copy, and the four bound", claims, hosted)
 	}
 
 	p := &Provider{cfg: Config{FrontDoor: FrontDoor{Names: frontdoor.Names{BaseDomain: "kcp.example"}, Port: 6443}}}
@@ -64,10 +69,16 @@ func TestExtraNamesAreRoutedCertifiedOrRefused(t *testing.T) {
 	if c, ok := router.set[0].Cluster("api.shop.example"); !ok || c != "shop" {
 		t.Errorf("api.shop.example routes to %q, %v", c, ok)
 	}
-	if _, ok := router.set[0].Cluster("sneaky.example"); ok {
-		t.Error("a Cluster that does not own its name got an extra name")
+	if c, ok := router.set[0].Cluster("own.example"); !ok || c != "shop-0a1b2c3d" {
+		t.Errorf("own.example, team-c's shop's, routes to %q, %v", c, ok)
 	}
-	if got, want := p.servingNames("shop"), []string{"shop.kcp.example", "api.shop.example", "www.shop.example"}; !slices.Equal(got, want) {
+	if c, ok := router.set[0].Cluster("shop.team-c.kcp.example"); !ok || c != "shop-0a1b2c3d" {
+		t.Errorf("shop.team-c.kcp.example routes to %q, %v", c, ok)
+	}
+	if _, ok := router.set[0].Cluster("early.example"); ok {
+		t.Error("a Cluster not bound yet got an extra name")
+	}
+	if got, want := p.servingNames("shop"), []string{"shop.kcp.example", "shop.team-a.kcp.example", "api.shop.example", "www.shop.example"}; !slices.Equal(got, want) {
 		t.Errorf("shop's certificate names %v, want %v", got, want)
 	}
 

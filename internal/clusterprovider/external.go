@@ -24,18 +24,18 @@ import (
 // instance, such as after a failover). The first bring-up anywhere finds no Secret and
 // mints one; KeepIdentity keeps it before the datastore is taken. A DataDir here of
 // another Cluster of the name (one deleted while this host was away) is a stale copy: it
-// goes first.
-func (l *Loop) carryIdentity(ctx context.Context, ns, name string, np NodePolicy) error {
+// goes first. name is the Cluster's, local its local name.
+func (l *Loop) carryIdentity(ctx context.Context, ns, name, local string, np NodePolicy) error {
 	if np.ExternalUID == "" {
 		return nil
 	}
-	layout := l.P.tenantSpec(name).Layout()
-	if exists(layout.Root) && !l.P.HasDatastore(name) {
+	layout := l.P.tenantSpec(local).Layout()
+	if exists(layout.Root) && !l.P.HasDatastore(local) {
 		// A DataDir says whose copy it is once its identity is kept or placed; one that
 		// does not say is this Cluster's, cut short before.
 		if owner := identitystore.Owner(layout); owner != "" && owner != np.ExternalUID {
 			l.Log.Info("a DataDir of another Cluster of the name is here: removed", "cluster", ns+"/"+name)
-			if err := l.P.RemoveDataDir(name); err != nil {
+			if err := l.P.RemoveDataDir(local); err != nil {
 				return err
 			}
 		}
@@ -51,19 +51,19 @@ func (l *Loop) carryIdentity(ctx context.Context, ns, name string, np NodePolicy
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", name, err)
 	}
-	if err := l.P.PlaceIdentity(name, files); err != nil {
+	if err := l.P.PlaceIdentity(local, files); err != nil {
 		return err
 	}
 	return identitystore.SetOwner(layout, np.ExternalUID)
 }
 
 // KeepIdentity is the provider's Config.KeepIdentity: the identity of the external cluster
-// named cluster, of the Cluster whose front uid is uid, kept on the front before its
+// of local name cluster, of the Cluster whose front uid is uid, kept on the front before its
 // datastore is taken, unless it is kept already (it is minted once, and never replaced);
 // the DataDir records whose copy it holds. A Cluster of the name with another uid
 // (deleted and made again during the bring-up) is not this one: nothing is kept for it.
 func (l *Loop) KeepIdentity(ctx context.Context, cluster, uid string) error {
-	named, err := l.clusterIndex.ByIndex(byName, cluster)
+	named, err := l.clusterIndex.ByIndex(byLocal, cluster)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (l *Loop) KeepIdentity(ctx context.Context, cluster, uid string) error {
 		if err := identitystore.SetOwner(layout, uid); err != nil {
 			return err
 		}
-		_, err := l.Core.CoreV1().Secrets(u.GetNamespace()).Get(ctx, identitystore.SecretName(cluster), metav1.GetOptions{})
+		_, err := l.Core.CoreV1().Secrets(u.GetNamespace()).Get(ctx, identitystore.SecretName(u.GetName()), metav1.GetOptions{})
 		if err == nil || !apierrors.IsNotFound(err) {
 			return err
 		}
@@ -84,7 +84,7 @@ func (l *Loop) KeepIdentity(ctx context.Context, cluster, uid string) error {
 		if err != nil {
 			return fmt.Errorf("cluster %s: its identity: %w", cluster, err)
 		}
-		_, err = l.Core.CoreV1().Secrets(u.GetNamespace()).Create(ctx, identitystore.ToSecret(u.GetNamespace(), cluster, uid, managedBy, files), metav1.CreateOptions{})
+		_, err = l.Core.CoreV1().Secrets(u.GetNamespace()).Create(ctx, identitystore.ToSecret(u.GetNamespace(), u.GetName(), uid, managedBy, files), metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}

@@ -32,7 +32,7 @@ const failoverCheck = 2 * time.Second
 func (l *Loop) boundElsewhere(ctx context.Context, u *unstructured.Unstructured, cl *v1alpha1.Cluster, owner string) (time.Duration, error) {
 	key := cl.Namespace + "/" + cl.Name
 	external := cl.Spec.Datastore == v1alpha1.DatastoreExternal
-	dataHere := exists(l.P.DataDir(cl.Name))
+	dataHere := exists(l.P.DataDir(localName(cl)))
 	if !external && !dataHere {
 		return 0, nil
 	}
@@ -64,7 +64,7 @@ func (l *Loop) boundElsewhere(ctx context.Context, u *unstructured.Unstructured,
 			return failoverCheck, nil // another live instance takes it, or none can yet
 		}
 	}
-	if err := l.bindHere(ctx, u); err != nil {
+	if err := l.bindHere(ctx, u, true); err != nil {
 		return 0, err
 	}
 	if external {
@@ -102,17 +102,18 @@ func (l *Loop) letGo(key string, cl *v1alpha1.Cluster, owner string) (time.Durat
 			return 0, err
 		}
 	}
-	dataHere := exists(l.P.DataDir(cl.Name))
-	if port := l.leaseOf(cl.Name); port != 0 || dataHere && cl.Spec.Datastore == v1alpha1.DatastoreExternal {
-		if err := l.P.ReapSurvivorsOf(cl.Name); err != nil {
+	local := localName(cl)
+	dataHere := exists(l.P.DataDir(local))
+	if port := l.leaseOf(local); port != 0 || dataHere && cl.Spec.Datastore == v1alpha1.DatastoreExternal {
+		if err := l.P.ReapSurvivorsOf(local); err != nil {
 			return 0, err
 		}
-		if err := l.releaseLease(cl.Name); err != nil {
+		if err := l.releaseLease(local); err != nil {
 			return 0, err
 		}
 		// Only a copy goes: never a DataDir that holds a datastore of its own.
-		if dataHere && cl.Spec.Datastore == v1alpha1.DatastoreExternal && !l.P.HasDatastore(cl.Name) {
-			if err := l.P.RemoveDataDir(cl.Name); err != nil {
+		if dataHere && cl.Spec.Datastore == v1alpha1.DatastoreExternal && !l.P.HasDatastore(local) {
+			if err := l.P.RemoveDataDir(local); err != nil {
 				return 0, err
 			}
 		}
@@ -122,7 +123,7 @@ func (l *Loop) letGo(key string, cl *v1alpha1.Cluster, owner string) (time.Durat
 		l.mu.Lock()
 		st.stopping = false
 		l.mu.Unlock()
-		l.forget(key, cl.Name)
+		l.forget(key)
 	}
 	return 0, nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/tools/cache"
 
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/materialiser"
@@ -16,8 +15,8 @@ import (
 
 var _ frontdoor.Backends = (*Loop)(nil)
 
-// Address is the front door's Backends: where the apiserver of the cluster named name
-// listens now. A connection for a cluster whose bring-up is under way is held until it
+// Address is the front door's Backends: where the apiserver of the cluster of local name
+// name listens now. A connection for a cluster whose bring-up is under way is held until it
 // ends (or ctx does); one for a sleeping cluster asks it to wake and is held likewise;
 // one for a cluster this provider runs no group of (parked, failed, exited) is refused as
 // unavailable; a name no Cluster here has is frontdoor.ErrUnknownCluster.
@@ -43,7 +42,7 @@ func (l *Loop) Address(ctx context.Context, name string) (string, error) {
 func (l *Loop) addressLocked(name string) (string, <-chan struct{}, error) {
 	known := false
 	for key, st := range l.state {
-		if _, n, _ := cache.SplitMetaNamespaceKey(key); n != name {
+		if st.local != name {
 			continue
 		}
 		known = true
@@ -70,7 +69,7 @@ func (l *Loop) addressLocked(name string) (string, <-chan struct{}, error) {
 		if l.clusterIndex == nil {
 			return "", l.changed, nil
 		}
-		declared, _ := l.clusterIndex.ByIndex(byName, name)
+		declared, _ := l.clusterIndex.ByIndex(byLocal, name)
 		for _, o := range declared {
 			// One bound to another instance runs on another host, whose front door
 			// serves it: this one has no cluster of the name.

@@ -22,10 +22,10 @@ import (
 
 func TestTheFrontDoorFindsARunningClusterAndWaitsForOneStarting(t *testing.T) {
 	l := &Loop{state: map[string]*runState{
-		"team-a/web":   {group: materialiser.GroupUp, cluster: &Cluster{Name: "web", Port: 31001}},
-		"team-b/web":   {group: materialiser.GroupAbsent}, // the same name elsewhere: NameTaken
-		"team-a/db":    {group: materialiser.GroupStarting},
-		"team-a/cache": {group: materialiser.GroupFailed},
+		"team-a/web":   {local: "web", group: materialiser.GroupUp, cluster: &Cluster{Name: "web", Port: 31001}},
+		"team-b/web":   {local: "web-0a1b2c3d", group: materialiser.GroupAbsent}, // the same name in another account
+		"team-a/db":    {local: "db", group: materialiser.GroupStarting},
+		"team-a/cache": {local: "cache", group: materialiser.GroupFailed},
 	}, changed: make(chan struct{}), clusterIndex: clusterIndexOf(t)}
 	ctx := context.Background()
 	if addr, err := l.Address(ctx, "web"); err != nil || addr != "127.0.0.1:31001" {
@@ -33,6 +33,9 @@ func TestTheFrontDoorFindsARunningClusterAndWaitsForOneStarting(t *testing.T) {
 	}
 	if _, err := l.Address(ctx, "nope"); !errors.Is(err, frontdoor.ErrUnknownCluster) {
 		t.Errorf("Address(nope) = %v, want ErrUnknownCluster", err)
+	}
+	if _, err := l.Address(ctx, "web-0a1b2c3d"); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("Address(web-0a1b2c3d), team-b's web, parked: %v, want not running", err)
 	}
 	if _, err := l.Address(ctx, "cache"); err == nil || errors.Is(err, frontdoor.ErrUnknownCluster) || !strings.Contains(err.Error(), "not running") {
 		t.Errorf("Address(cache), a failed bring-up: %v, want not running", err)
@@ -71,7 +74,7 @@ func TestTheFrontDoorFindsARunningClusterAndWaitsForOneStarting(t *testing.T) {
 // clusterIndexOf is the informer's Cluster index holding the Clusters named.
 func clusterIndexOf(t *testing.T, names ...string) cache.Indexer {
 	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byName: indexByName})
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byLocal: indexByLocal})
 	for _, n := range names {
 		u := &unstructured.Unstructured{}
 		u.SetNamespace("default")
@@ -117,7 +120,7 @@ func TestTheFrontDoorHoldsAConnectionUntilTheClusterIsKnown(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	l.mu.Lock()
-	l.state["default/s"] = &runState{group: materialiser.GroupUp, cluster: &Cluster{Name: "s", Port: 31003}}
+	l.state["default/s"] = &runState{local: "s", group: materialiser.GroupUp, cluster: &Cluster{Name: "s", Port: 31003}}
 	l.signalLocked()
 	l.mu.Unlock()
 	if err := <-s; err != nil {
@@ -132,29 +135,29 @@ func (f *fakeActivity) Activity(string) (time.Time, int) { return time.Time{}, 0
 func (f *fakeActivity) Forget(cluster string)            { f.forgot = append(f.forgot, cluster) }
 
 // A Cluster that is gone is forgotten, so that the front door answers its name as no
-// cluster's; but not while a process of it may run, nor while another namespace's Cluster
-// of the same name remains.
+// cluster's; but not while a process of it may run; another account's Cluster of the same
+// name, its own local name, is untouched.
 func TestAClusterGoneIsForgottenOnceNothingOfItRuns(t *testing.T) {
 	act := &fakeActivity{}
 	l := &Loop{Activity: act, state: map[string]*runState{
-		"team-a/web": {group: materialiser.GroupAbsent},
-		"team-b/web": {group: materialiser.GroupUp, cluster: &Cluster{Name: "web", Port: 31001}},
-		"team-a/db":  {group: materialiser.GroupAbsent},
-		"team-a/run": {group: materialiser.GroupUp}, // its finalizer removed by hand while it ran
+		"team-a/web": {local: "web-0a1b2c3d", group: materialiser.GroupAbsent},
+		"team-b/web": {local: "web", group: materialiser.GroupUp, cluster: &Cluster{Name: "web", Port: 31001}},
+		"team-a/db":  {local: "db", group: materialiser.GroupAbsent},
+		"team-a/run": {local: "run", group: materialiser.GroupUp}, // its finalizer removed by hand while it ran
 	}, changed: make(chan struct{}), clusterIndex: clusterIndexOf(t)}
-	l.forget("team-a/db", "db")
+	l.forget("team-a/db")
 	if _, err := l.Address(context.Background(), "db"); !errors.Is(err, frontdoor.ErrUnknownCluster) {
 		t.Errorf("Address(db) once gone = %v, want ErrUnknownCluster", err)
 	}
-	l.forget("team-a/web", "web")
-	l.forget("team-a/run", "run")
+	l.forget("team-a/web")
+	l.forget("team-a/run")
 	if _, ok := l.state["team-a/run"]; !ok {
 		t.Error("the state of a Cluster whose group runs was dropped: the stop would not find the group")
 	}
 	if addr, err := l.Address(context.Background(), "web"); err != nil || addr != "127.0.0.1:31001" {
 		t.Errorf("Address(web), team-b's: %q, %v", addr, err)
 	}
-	if want := []string{"db"}; !slices.Equal(act.forgot, want) {
+	if want := []string{"db", "web-0a1b2c3d"}; !slices.Equal(act.forgot, want) {
 		t.Errorf("front door told to forget %v, want %v", act.forgot, want)
 	}
 }
@@ -223,7 +226,7 @@ func clusterstackSpec(t *testing.T) clusterstack.Spec {
 // A connection for a sleeping cluster asks it to wake, once, and is held until it is up.
 func TestAConnectionWakesASleepingCluster(t *testing.T) {
 	l := &Loop{state: map[string]*runState{
-		"team-a/web": {group: materialiser.GroupAbsent, phase: materialiser.PhaseSleeping},
+		"team-a/web": {local: "web", group: materialiser.GroupAbsent, phase: materialiser.PhaseSleeping},
 	}, changed: make(chan struct{})}
 	got := make(chan string, 2)
 	for range 2 {

@@ -46,7 +46,7 @@ var ClustersResource = schema.GroupVersionResource{Group: v1alpha1.Group, Versio
 
 // The informers' indexes.
 const (
-	byName    = "name"
+	byLocal   = "local"
 	byCluster = "cluster"
 )
 
@@ -154,6 +154,7 @@ type Activity interface {
 
 // runState is what this provider knows of one cluster's processes.
 type runState struct {
+	local       string             // the Cluster's local name: the front door's and the provider's
 	phase       materialiser.Phase // as the last pass decided: Address reads it
 	lastWake    time.Duration      // how long the last wake took
 	upSince     time.Time          // when the group last passed every gate
@@ -218,7 +219,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	// Indexes, so that a pass reads the Clusters of one name and the Nodes of one cluster,
 	// not every object on the front.
-	if err := clusters.Informer().AddIndexers(cache.Indexers{byName: indexByName, byInstance: indexByInstance}); err != nil {
+	if err := clusters.Informer().AddIndexers(cache.Indexers{byLocal: indexByLocal, byInstance: indexByInstance}); err != nil {
 		return err
 	}
 	if err := nodes.Informer().AddIndexers(cache.Indexers{byCluster: func(obj any) ([]string, error) {
@@ -375,14 +376,14 @@ func (l *Loop) stopAll() error {
 	})
 }
 
-// indexByName indexes Clusters by name, whatever their namespace: the front door and the
-// name's owner find them by it.
-func indexByName(obj any) ([]string, error) {
+// indexByLocal indexes Clusters by local name: the front door and the provider find them
+// by it.
+func indexByLocal(obj any) ([]string, error) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, err
 	}
-	return []string{m.GetName()}, nil
+	return []string{localName(m)}, nil
 }
 
 // stopsAtOnce bounds the groups a stopping provider reaps at once.
@@ -401,23 +402,16 @@ func (l *Loop) st(key string) *runState {
 // process of it runs: the front door then answers its name as no cluster's, and its
 // series leave /metrics. A Cluster whose finalizer was removed by hand while its group ran
 // keeps its state, so that the stop still finds the group.
-func (l *Loop) forget(key, name string) {
+func (l *Loop) forget(key string) {
 	l.mu.Lock()
 	st := l.state[key]
 	idle := st != nil && (st.group == materialiser.GroupAbsent || st.group == materialiser.GroupFailed)
 	if idle {
 		delete(l.state, key)
 	}
-	// The front door knows clusters by name: another namespace's Cluster of this name (the
-	// one that owns it, NameOwner) keeps what is kept.
-	for other := range l.state {
-		if _, n, _ := cache.SplitMetaNamespaceKey(other); n == name {
-			idle = false
-		}
-	}
 	l.mu.Unlock()
-	if idle && l.Activity != nil {
-		l.Activity.Forget(name)
+	if idle && st.local != "" && l.Activity != nil {
+		l.Activity.Forget(st.local) // the front door knows a cluster by its local name
 	}
 }
 
@@ -428,7 +422,7 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	obj, err := l.lister.ByNamespace(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		l.observePhase(key, "", 0)
-		l.forget(key, name)
+		l.forget(key)
 		return 0, nil // gone: its finalizer saw to the teardown
 	}
 	if err != nil {
@@ -439,30 +433,23 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &cl); err != nil {
 		return 0, err
 	}
-	// A cluster's name is its DataDir and its lease: unique on this provider, whatever the
-	// namespace. The oldest Cluster of a name owns it; another one is refused and, when
-	// deleted, lets go of its finalizer without touching the owner's cluster.
-	named, err := l.clusterIndex.ByIndex(byName, cl.Name)
-	if err != nil {
-		return 0, err
-	}
-	all := make([]runtime.Object, 0, len(named))
-	for _, o := range named {
-		all = append(all, o.(runtime.Object))
-	}
-	// The name first: what this instance has of a name (its DataDir, its port, its
-	// processes) is the owner's, and only the owner's binding may let go of it.
-	if owner := NameOwner(all, cl.Name); owner != key {
-		return 0, l.refuseName(ctx, &cl, owner)
-	}
 	if b := boundTo(u); b != "" && b != l.Instance {
 		return l.boundElsewhere(ctx, u, &cl, b) // another instance's: it alone touches it
 	}
 	if boundTo(u) == "" {
 		return l.place(ctx, u, &cl)
 	}
+	if _, ok := u.GetAnnotations()[v1alpha1.LocalNameAnnotation]; !ok {
+		// Bound by a provider from before local names: everything it has carries its bare
+		// name, which it keeps, recorded before anything else is done (the write's event
+		// brings the next pass).
+		return 0, l.recordLocalName(ctx, u)
+	}
 	l.syncDoorNames()
 	st := l.st(key)
+	l.mu.Lock()
+	st.local = localName(&cl)
+	l.mu.Unlock()
 	o, err := l.observe(ctx, &cl, st)
 	if err != nil {
 		return 0, err
@@ -554,9 +541,9 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 		if cl.Spec.SleepAfter != nil {
 			o.SleepAfter = cl.Spec.SleepAfter.Duration
 		}
-		o.LastActive, o.Connections = l.Activity.Activity(cl.Name)
+		o.LastActive, o.Connections = l.Activity.Activity(localName(cl))
 		o.CreateAsleep = cl.Spec.CreateAsleep
-		o.Datastore = l.P.HasDatastore(cl.Name)
+		o.Datastore = l.P.HasDatastore(localName(cl))
 		if cl.Spec.Datastore == v1alpha1.DatastoreExternal {
 			// Its datastore is on the server, made at its first bring-up on any instance:
 			// it is never created asleep (which mints an identity here, without a look at
@@ -565,12 +552,12 @@ func (l *Loop) observe(ctx context.Context, cl *v1alpha1.Cluster, st *runState) 
 		}
 		// A real guest keeps its cluster awake: its kubelet and pods would lose their
 		// apiserver. Simulated ones do not.
-		o.RealNodes = realGuestCount(l.P.DataDir(cl.Name))
+		o.RealNodes = realGuestCount(l.P.DataDir(localName(cl)))
 	}
-	dir := l.P.DataDir(cl.Name)
+	dir := l.P.DataDir(localName(cl))
 	_, err := os.Stat(dir)
 	o.DataDirExists = err == nil
-	o.LeaseHeld = l.leaseOf(cl.Name) != 0
+	o.LeaseHeld = l.leaseOf(localName(cl)) != 0
 	l.mu.Lock()
 	o.Adopting = l.Adopt && o.LeaseHeld && st.attempts == 0 &&
 		(st.group == materialiser.GroupAbsent && st.cluster == nil || st.group == materialiser.GroupStarting && st.adopting)
@@ -621,44 +608,6 @@ func (l *Loop) observePhase(key string, p materialiser.Phase, nodes int) {
 	}
 }
 
-// NameOwner is the namespace/name key of the oldest Cluster named name (the namespace
-// breaks a tie), the one that owns the name on this provider.
-func NameOwner(objs []runtime.Object, name string) string {
-	var owner metav1.Object
-	for _, o := range objs {
-		m, err := meta.Accessor(o)
-		if err != nil || m.GetName() != name {
-			continue
-		}
-		if owner == nil {
-			owner = m
-			continue
-		}
-		mt, ot := m.GetCreationTimestamp(), owner.GetCreationTimestamp()
-		if mt.Before(&ot) || mt.Equal(&ot) && m.GetNamespace() < owner.GetNamespace() {
-			owner = m
-		}
-	}
-	if owner == nil {
-		return ""
-	}
-	return owner.GetNamespace() + "/" + owner.GetName()
-}
-
-// refuseName marks a Cluster whose name another namespace owns, and lets a deleted one go.
-func (l *Loop) refuseName(ctx context.Context, cl *v1alpha1.Cluster, owner string) error {
-	if cl.DeletionTimestamp != nil {
-		if slices.Contains(cl.Finalizers, v1alpha1.TeardownFinalizer) {
-			return l.perform(ctx, materialiser.OpRemoveFinalizer, cl, &runState{})
-		}
-		return nil
-	}
-	r := materialiser.Result{Phase: materialiser.PhaseUnavailable, Ready: materialiser.Condition{
-		Reason: "NameTaken", Message: fmt.Sprintf("cluster name %q is owned by %s on this provider; choose another name", cl.Name, owner)}}
-	l.writeStatus(ctx, cl, &runState{}, 0, r, nil)
-	return nil
-}
-
 func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Cluster, st *runState) error {
 	key := cl.Namespace + "/" + cl.Name
 	switch op {
@@ -666,7 +615,7 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 		if op == materialiser.OpRemoveFinalizer {
 			// A restore staged for a Cluster that never ran has no DataDir to go with: it
 			// goes here, or a later Cluster of the name would come up from it.
-			if err := l.P.DropRestore(cl.Name); err != nil {
+			if err := l.P.DropRestore(localName(cl)); err != nil {
 				return err
 			}
 			// An external datastore outlives any host: it goes with its Cluster, last,
@@ -690,12 +639,12 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 			return errHostFull
 		}
 		st.group, st.lastAttempt, st.progress, st.np = materialiser.GroupStarting, time.Now(), nil, policyOf(cl)
-		adopt := l.Adopt && l.leaseOf(cl.Name) != 0 // nothing runs of a cluster that holds no port
+		adopt := l.Adopt && l.leaseOf(localName(cl)) != 0 // nothing runs of a cluster that holds no port
 		st.adopting = adopt
 		l.signalLocked()
 		l.mu.Unlock()
 		l.bringUps.Add(1)
-		go l.bringUp(key, cl.Name, cl.Namespace, policyOf(cl), adopt)
+		go l.bringUp(key, localName(cl), policyOf(cl), adopt)
 		return nil
 	case materialiser.OpStop:
 		l.mu.Lock()
@@ -744,24 +693,24 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 			return err
 		})
 	case materialiser.OpMint:
-		m, err := l.P.Mint(cl.Name)
+		m, err := l.P.Mint(localName(cl))
 		if err != nil {
 			return err
 		}
-		if err := l.deliverKubeconfig(ctx, m.Name, m.TenantKubeconfig, cl.Namespace); err != nil {
+		if err := l.deliverKubeconfig(ctx, cl.Name, m.TenantKubeconfig, cl.Namespace); err != nil {
 			return err
 		}
 		l.mu.Lock()
 		st.minted = true
 		l.mu.Unlock()
-		l.recordCertificates(cl.Namespace+"/"+cl.Name, l.P.DataDir(cl.Name))
+		l.recordCertificates(cl.Namespace+"/"+cl.Name, l.P.DataDir(localName(cl)))
 		return nil
 	case materialiser.OpReapSurvivors:
-		return l.P.ReapSurvivorsOf(cl.Name)
+		return l.P.ReapSurvivorsOf(localName(cl))
 	case materialiser.OpReleaseLease:
-		return l.releaseLease(cl.Name)
+		return l.releaseLease(localName(cl))
 	case materialiser.OpRemoveDataDir:
-		return l.P.RemoveDataDir(cl.Name)
+		return l.P.RemoveDataDir(localName(cl))
 	case materialiser.OpDeleteKubeconfig:
 		err := l.Core.CoreV1().Secrets(cl.Namespace).Delete(ctx, kubeconfigSecret(cl.Name), metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {
@@ -775,9 +724,10 @@ func (l *Loop) perform(ctx context.Context, op materialiser.Op, cl *v1alpha1.Clu
 // bringUp runs one bring-up (in a slot), delivers the kubeconfig, and watches for an exit.
 // With adopt it first tries to take the cluster over as an earlier run left it running,
 // which needs no slot: nothing starts. It ends with the provider: a bring-up cut short
-// reaps what it started.
-func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
+// reaps what it started. key is the Cluster's namespace/name, local its local name.
+func (l *Loop) bringUp(key, local string, np NodePolicy, adopt bool) {
 	defer l.bringUps.Done()
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	log := l.Log.With("cluster", key)
 	st := l.st(key)
 	// absent ends a bring-up that started nothing: the provider is stopping.
@@ -792,7 +742,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 	if adopt {
 		t0 := time.Now()
 		actx, cancel := context.WithTimeout(l.runCtx, bringUpDeadline)
-		c, err = l.P.AdoptWith(actx, name, np)
+		c, err = l.P.AdoptWith(actx, local, np)
 		cancel()
 		if err == nil {
 			_, stale := c.Adopted()
@@ -833,9 +783,9 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 			return
 		}
 		t0 := time.Now()
-		err = l.carryIdentity(ctx, ns, name, np)
+		err = l.carryIdentity(ctx, ns, name, local, np)
 		if err == nil {
-			c, err = l.P.UpWith(ctx, name, np)
+			c, err = l.P.UpWith(ctx, local, np)
 		}
 		<-l.slots
 		if err == nil {
@@ -843,7 +793,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 		}
 	}
 	if err == nil {
-		if derr := l.deliverKubeconfigRetrying(ctx, c.Name, c.TenantKubeconfig, ns); derr != nil {
+		if derr := l.deliverKubeconfigRetrying(ctx, name, c.TenantKubeconfig, ns); derr != nil {
 			if adopted, _ := c.Adopted(); adopted {
 				// It serves, and the earlier run delivered its kubeconfig: a failed
 				// delivery is retried at its next start, not paid for with an outage.
@@ -889,7 +839,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 		if _, stale := c.Adopted(); len(stale) > 0 {
 			st.restarting = c
 			l.bringUps.Add(1)
-			go l.restart(key, name, ns, np, c, "restarting to run what this provider runs", stale)
+			go l.restart(key, np, c, "restarting to run what this provider runs", stale)
 		}
 	}
 	l.signalLocked()
@@ -903,7 +853,7 @@ func (l *Loop) bringUp(key, name, ns string, np NodePolicy, adopt bool) {
 // time: each waits for a restart slot, and a slot is freed only once its cluster is Ready
 // again or its bring-up failed. Until its turn the cluster serves as it is. The turn is
 // given up if the cluster was stopped, exited or changed hands meanwhile.
-func (l *Loop) restart(key, name, ns string, np NodePolicy, c *Cluster, msg string, why []string) {
+func (l *Loop) restart(key string, np NodePolicy, c *Cluster, msg string, why []string) {
 	defer l.bringUps.Done()
 	st := l.st(key)
 	giveUp := func() {
@@ -941,7 +891,7 @@ func (l *Loop) restart(key, name, ns string, np NodePolicy, c *Cluster, msg stri
 		return
 	}
 	l.bringUps.Add(1)
-	l.bringUp(key, name, ns, np, false)
+	l.bringUp(key, c.Name, np, false) // c.Name: its local name
 }
 
 // renewCertificates looks at every Ready cluster's certificates as often as the policy
@@ -983,7 +933,6 @@ func (l *Loop) renewDue(now time.Time) {
 		if len(why) == 0 {
 			continue
 		}
-		ns, name, _ := cache.SplitMetaNamespaceKey(r.key)
 		st := l.st(r.key)
 		l.mu.Lock()
 		if st.cluster != r.c || st.group != materialiser.GroupUp || st.stopping || st.restarting == r.c {
@@ -994,7 +943,7 @@ func (l *Loop) renewDue(now time.Time) {
 		np := st.np
 		l.bringUps.Add(1)
 		l.mu.Unlock()
-		go l.restart(r.key, name, ns, np, r.c, "restarting to renew its certificates", why)
+		go l.restart(r.key, np, r.c, "restarting to renew its certificates", why)
 	}
 }
 
@@ -1133,7 +1082,7 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 		status.LastWake = lastWake.Round(10 * time.Millisecond).String()
 	}
 	if r.Phase == materialiser.PhaseSleeping && cl.Status.Phase != v1alpha1.PhaseSleeping && l.Activity != nil {
-		last, _ := l.Activity.Activity(cl.Name)
+		last, _ := l.Activity.Activity(localName(cl))
 		if up := upSince; up.After(last) {
 			last = up
 		}
@@ -1164,7 +1113,7 @@ func (l *Loop) writeStatus(ctx context.Context, cl *v1alpha1.Cluster, st *runSta
 		cond.Message += ": " + strings.Join(progress, ", ")
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
-	l.extraNamesCondition(&status.Conditions, cl.Name, cl.Spec.ExtraNames, cl.Generation)
+	l.extraNamesCondition(&status.Conditions, localName(cl), cl.Spec.ExtraNames, cl.Generation)
 	if equalStatus(cl.Status, status) {
 		return
 	}
@@ -1272,12 +1221,17 @@ func (l *Loop) runningClusters() map[string]*Cluster {
 // that cannot be read is left out (the operator's backup command said why when it ran).
 func (l *Loop) lastBackups() map[string]time.Time {
 	l.mu.Lock()
-	keys := slices.Collect(maps.Keys(l.state))
+	locals := map[string]string{}
+	for key, st := range l.state {
+		locals[key] = st.local
+	}
 	l.mu.Unlock()
 	out := map[string]time.Time{}
-	for _, key := range keys {
-		_, name, _ := cache.SplitMetaNamespaceKey(key)
-		r, ok, err := backup.ReadRecord(clusterstack.Layout{Root: l.P.DataDir(name)}.LastBackup())
+	for key, local := range locals {
+		if local == "" {
+			continue // no pass has run yet
+		}
+		r, ok, err := backup.ReadRecord(clusterstack.Layout{Root: l.P.DataDir(local)}.LastBackup())
 		if ok && err == nil {
 			out[key] = r.Time
 		}

@@ -21,6 +21,7 @@ import (
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/cloudprovider/contract"
 	"socialweb.computer/kcp/internal/livetest"
+	"socialweb.computer/kcp/internal/localname"
 	"socialweb.computer/kcp/internal/portallocator"
 	"socialweb.computer/kcp/internal/processrunner"
 )
@@ -77,7 +78,8 @@ func TestFrontClusterLifecycle(t *testing.T) {
 		}
 	}
 
-	// The same name in another namespace is refused, and its deletion touches nothing.
+	// The same name in another namespace (another account) is a cluster of its own, under
+	// its own local name; its deletion touches nothing of the first.
 	if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -85,23 +87,39 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	if _, err := twin.Create(ctx, v1alpha1.Object("Cluster", "acme", map[string]any{"account": "rival"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "other/acme refused", func() (bool, string) {
+	twinLocal := localname.Hashed("other", "acme", 0)
+	eventually(t, 3*time.Minute, "other/acme Ready as "+twinLocal, func() (bool, string) {
 		u, err := twin.Get(ctx, "acme", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		return strings.Contains(fmt.Sprint(conds), "NameTaken"), fmt.Sprint(conds)
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		local := u.GetAnnotations()[v1alpha1.LocalNameAnnotation]
+		return phase == v1alpha1.PhaseReady && local == twinLocal, fmt.Sprintf("phase %q local name %q", phase, local)
 	})
+	twinSec, err := core.CoreV1().Secrets("other").Get(ctx, "acme-kubeconfig", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	twinCfg, err := clientcmd.RESTConfigFromKubeConfig(twinSec.Data["kubeconfig"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(twinCfg).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "rival"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the twin's kubeconfig does not reach the twin: %v", err)
+	}
 	if err := twin.Delete(ctx, "acme", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "other/acme gone", func() (bool, string) {
+	eventually(t, 2*time.Minute, "other/acme gone", func() (bool, string) {
 		_, err := twin.Get(ctx, "acme", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+	if _, err := os.Stat(p.DataDir(twinLocal)); !os.IsNotExist(err) {
+		t.Errorf("the twin's DataDir after its deletion: %v", err)
+	}
 	if u, _ := clusters.Get(ctx, "acme", metav1.GetOptions{}); u == nil || fmt.Sprint(u.Object["status"].(map[string]any)["phase"]) != "Ready" {
-		t.Fatal("deleting the refused twin touched the owner")
+		t.Fatal("deleting the twin touched the first acme")
 	}
 
 	sec, err := core.CoreV1().Secrets("default").Get(ctx, "acme-kubeconfig", metav1.GetOptions{})
@@ -114,6 +132,9 @@ func TestFrontClusterLifecycle(t *testing.T) {
 	}
 	if _, err := kubernetes.NewForConfigOrDie(tcfg).CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the delivered kubeconfig does not reach the tenant: %v", err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(tcfg).CoreV1().ConfigMaps("default").Get(ctx, "rival", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the twin's ConfigMap, read in the first acme: %v; want NotFound", err)
 	}
 
 	// Step 2 and 3 through the front: a Node object becomes a guest whose Node the CCM

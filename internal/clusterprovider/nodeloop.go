@@ -55,7 +55,12 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 	}
 	clusterKey := ns + "/" + n.Spec.Cluster
 	c := l.running(clusterKey)
-	g, err := nodeprovider.NewGuest(n.Spec.Cluster, n.Spec.NodeID)
+	// The guest, its tenant Node and providerID carry the cluster's local name.
+	local := n.Spec.Cluster
+	if owner != nil {
+		local = localName(owner)
+	}
+	g, err := nodeprovider.NewGuest(local, n.Spec.NodeID)
 	if err != nil {
 		return 0, err // the CRD's rules make this unreachable
 	}
@@ -91,7 +96,7 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 		}
 	}
 	if r.Phase == materialiser.NodeReady {
-		status.ProviderID = contract.ProviderID(n.Spec.Cluster, g.Name)
+		status.ProviderID = contract.ProviderID(local, g.Name)
 	}
 	if !slices.Contains(r.Ops, materialiser.OpReleaseNode) {
 		was := n.Status.Phase

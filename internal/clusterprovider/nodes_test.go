@@ -5,11 +5,6 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/instancesnapshot"
@@ -139,22 +134,5 @@ func TestNextNodeIDsSkipsListedOnes(t *testing.T) {
 	}
 	if got := NextNodeIDs(nil, 0); len(got) != 0 {
 		t.Fatalf("NextNodeIDs(0) = %v", got)
-	}
-}
-
-func TestTheOldestClusterOwnsItsName(t *testing.T) {
-	mk := func(ns, name string, age time.Duration) runtime.Object {
-		u := &unstructured.Unstructured{}
-		u.SetNamespace(ns)
-		u.SetName(name)
-		u.SetCreationTimestamp(metav1.NewTime(time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC).Add(-age)))
-		return u
-	}
-	objs := []runtime.Object{mk("b", "demo", time.Hour), mk("a", "demo", time.Minute), mk("c", "other", 2*time.Hour), mk("a2", "demo", time.Hour)}
-	if got := NameOwner(objs, "demo"); got != "a2/demo" {
-		t.Fatalf("owner of demo = %s, want a2/demo (oldest; the namespace breaks the tie)", got)
-	}
-	if got := NameOwner(objs, "none"); got != "" {
-		t.Fatalf("owner of none = %q", got)
 	}
 }

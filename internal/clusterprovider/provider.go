@@ -141,15 +141,19 @@ func (p *Provider) SetFrontDoorNames(n frontdoor.Names) {
 	p.names = &n
 }
 
-// servingNames are the front-door names cluster's serving certificate must carry now.
-func (p *Provider) servingNames(cluster string) []string {
+// doorNow is the front door as it is now: its port, and its names as last set.
+func (p *Provider) doorNow() FrontDoor {
 	p.namesMu.Lock()
 	defer p.namesMu.Unlock()
+	f := p.cfg.FrontDoor
 	if p.names != nil {
-		return p.names.Of(cluster)
+		f.Names = *p.names
 	}
-	return p.cfg.FrontDoor.Names.Of(cluster)
+	return f
 }
+
+// servingNames are the front-door names cluster's serving certificate must carry now.
+func (p *Provider) servingNames(cluster string) []string { return p.doorNow().Names.Of(cluster) }
 
 // New opens the provider's lease book under DataRoot.
 func New(cfg Config) (*Provider, error) {
@@ -733,7 +737,7 @@ func (p *Provider) mint(s clusterstack.Spec) (Identity, string, []string, error)
 		doorNames = p.servingNames(s.Name)
 		sans = append(slices.Clone(sans), doorNames...)
 		sans = append(sans, s.Addresses()...) // where it listens and what it advertises
-		if u := p.cfg.FrontDoor.URL(s.Name); u != "" {
+		if u := p.doorNow().URL(s.Name); u != "" {
 			url = u
 		}
 	}

@@ -52,6 +52,55 @@ func TestTheNamesOfACluster(t *testing.T) {
 	}
 }
 
+// Two accounts each have prod: each is reached as <cluster>.<namespace>.<base>, and the
+// bare name is the one cluster's whose local name it is (the default namespace's, or one
+// from before names were per namespace); a hashed local name reaches nothing.
+func TestClustersByNamespace(t *testing.T) {
+	n := Names{BaseDomain: "kcp.example", Extra: map[string]string{"api.shop.example": "prod-1a2b3c4d"}}.WithClusters([]Hosted{
+		{Namespace: "default", Name: "prod", Local: "prod"},
+		{Namespace: "acct-a", Name: "prod", Local: "prod-1a2b3c4d"},
+		{Namespace: "acct-b", Name: "web", Local: "web"}, // legacy: it kept its bare name
+	})
+	for name, want := range map[string]string{
+		"prod.kcp.example":          "prod",
+		"prod.default.kcp.example":  "prod",
+		"prod.acct-a.kcp.example":   "prod-1a2b3c4d",
+		"PROD.Acct-A.kcp.example.":  "prod-1a2b3c4d",
+		"web.kcp.example":           "web",
+		"web.acct-b.kcp.example":    "web",
+		"api.shop.example":          "prod-1a2b3c4d",
+		"prod-1a2b3c4d.kcp.example": "",
+		"prod.acct-c.kcp.example":   "",
+		"web.acct-a.kcp.example":    "",
+		"a.prod.acct-a.kcp.example": "",
+		".acct-a.kcp.example":       "",
+		"unknown.kcp.example":       "unknown", // not known by namespace yet: Address decides
+	} {
+		got, ok := n.Cluster(name)
+		if got != want || ok != (want != "") {
+			t.Errorf("Cluster(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	for local, want := range map[string][]string{
+		"prod":          {"prod.kcp.example", "prod.default.kcp.example"},
+		"prod-1a2b3c4d": {"prod.acct-a.kcp.example", "api.shop.example"},
+		"web":           {"web.kcp.example", "web.acct-b.kcp.example"},
+	} {
+		if got := n.Of(local); !slices.Equal(got, want) {
+			t.Errorf("Of(%s) = %v, want %v", local, got, want)
+		}
+		for _, name := range n.Of(local) {
+			if c, _ := n.Cluster(name); c != local {
+				t.Errorf("a name Of(%s) gave, %q, routes to %q", local, name, c)
+			}
+		}
+	}
+	// Claims decided later keep what is known by namespace.
+	if withClaims, _ := n.WithClaims(nil); withClaims.Own("prod-1a2b3c4d")[0] != "prod.acct-a.kcp.example" {
+		t.Errorf("WithClaims lost the clusters known by namespace: %v", withClaims.Own("prod-1a2b3c4d"))
+	}
+}
+
 func TestValidateBaseDomain(t *testing.T) {
 	if err := ValidateBaseDomain("kcp.example"); err != nil {
 		t.Errorf("kcp.example: %v", err)
@@ -64,6 +113,7 @@ func TestValidateBaseDomain(t *testing.T) {
 		"-kcp.example":                    "alphanumeric",
 		"kcp.example.":                    "alphanumeric",
 		strings.Repeat("a.", 106) + "com": "no room for a 40-character cluster name",
+		strings.Repeat("a.", 74) + "com":  "and a 63-character namespace",
 	} {
 		err := ValidateBaseDomain(domain)
 		if err == nil || !strings.Contains(err.Error(), want) {

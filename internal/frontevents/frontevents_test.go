@@ -20,7 +20,6 @@ func TestForCluster(t *testing.T) {
 		{"BringingUp", "BringUpFailed", "step lease failed: no port", true, "Warning", "socialweb-kcp status demo shows how it goes, socialweb-kcp down demo removes it"},
 		{"Ready", "ComponentExited", "kine exited on its own: signal: killed", true, "Warning", "logs/"},
 		{"ComponentExited", "BackingOff", "next bring-up in 2s", true, "Normal", "next bring-up in 2s"},
-		{"", "NameTaken", `cluster name "demo" is owned by a/demo on this provider; choose another name`, true, "Warning", "choose another name"},
 		{"Ready", "Parking", "spec.running is false", true, "Normal", "spec.running is false"},
 		{"Parking", "Parked", "processes stopped", true, "Normal", "processes stopped"},
 		{"Ready", "", "", false, "", ""},
