@@ -166,7 +166,8 @@ func errString(err error) string {
 
 // A datastore the instance cannot use keeps the clusters on it Pending, with a condition
 // that says what is wrong, and makes nothing of them: no DataDir, no process, no database.
-// First a wrong administrator password, then a server that is not there.
+// First a wrong administrator password, then a server that is not there; then an
+// instance of capacity zero, for a local cluster.
 func TestAnUnusableExternalDatastoreIsACondition(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	good, srv := livetest.ExternalPostgres(t, clusterstack.DefaultPostgresBin)
@@ -185,18 +186,24 @@ func TestAnUnusableExternalDatastoreIsACondition(t *testing.T) {
 	root := livetest.DataRoot(t)
 	manifest := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(manifest, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: bad, namespace: default}\nspec: {account: acme, datastore: external}\n"), 0o600)
-	for _, c := range []struct{ file, want string }{
-		{wrongPassword, "password authentication failed"},
-		{nowhere, closed},
+	local := filepath.Join(t.TempDir(), "local.yaml")
+	os.WriteFile(local, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: bad, namespace: default}\nspec: {account: acme}\n"), 0o600)
+	for _, c := range []struct {
+		flags          []string
+		manifest, want string
+	}{
+		{[]string{"--external-datastore", wrongPassword}, manifest, "password authentication failed"},
+		{[]string{"--external-datastore", nowhere}, manifest, closed},
+		{[]string{"--capacity", "clusters=0"}, local, "no instance has room: each of the 1 live instances is at its capacity"},
 	} {
-		p, kubectl, _ := startServeWith(t, exe, bin, root, "31900-31909", "--external-datastore", c.file)
-		kubectl("apply", "-f", manifest)
+		p, kubectl, _ := startServeWith(t, exe, bin, root, "31900-31909", c.flags...)
+		kubectl("apply", "-f", c.manifest)
 		var cond string
 		eventually(t, 2*time.Minute, "Cluster bad Pending, saying why", func() (bool, string) {
 			cond = kubectl("get", "clusters", "bad", "-o", `jsonpath={.status.phase} {.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}`)
 			return strings.HasPrefix(cond, "Pending NoRoom: ") && strings.Contains(cond, c.want), cond
 		})
-		t.Logf("with %s: %s", filepath.Base(c.file), cond)
+		t.Logf("with %v: %s", c.flags, cond)
 		if _, err := os.Stat(filepath.Join(root, "clusters", "bad")); !os.IsNotExist(err) {
 			t.Errorf("a DataDir of the cluster that could not be placed: %v", err)
 		}

@@ -29,7 +29,8 @@ const beforeLocalNames = "2139de7714470cd6aa92574c519e9f551323c071"
 // now also <cluster>.<namespace>.<base-domain>. Then two accounts each create prod, beside
 // default's prod: all three Ready, each tenant reaches its own through the front door from
 // another host, each at its own name; a local name removed by hand comes back, the cluster
-// untouched; deleting one prod leaves the others running.
+// untouched; one set by hand to another Cluster's is refused (LocalNameTaken) and touches
+// nothing of that other; deleting one prod leaves the others running.
 func TestNamesPerNamespace(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	old := buildAt(t, beforeLocalNames, "./cmd/socialweb-clusterprovider")
@@ -147,6 +148,29 @@ func TestNamesPerNamespace(t *testing.T) {
 		})
 		if now := apiserver(locals["acct-b"]); now != pid {
 			t.Errorf("acct-b/prod's apiserver: pid %d, then %d", pid, now)
+		}
+
+		// A local name set by hand to another Cluster's: refused, and that other is not
+		// touched; set right again (removed), the cluster serves as before.
+		pid = apiserver("prod")
+		kubectl("annotate", "--overwrite", "clusters", "-n", "acct-a", "prod", v1alpha1.LocalNameAnnotation+"=prod")
+		eventually(t, time.Minute, "acct-a/prod refused", func() (bool, string) {
+			out := field("acct-a", "prod", `{.status.conditions[?(@.type=="Ready")].reason}`)
+			return out == clusterprovider.LocalNameTaken, out
+		})
+		if now := apiserver("prod"); now != pid {
+			t.Errorf("default/prod's apiserver after acct-a/prod named it: pid %d, then %d", pid, now)
+		}
+		if out, err := there(kc["default"], "get", "configmap", "whoami", "-o", "jsonpath={.data.account}"); err != nil || out != "default" {
+			t.Errorf("default/prod while acct-a/prod named it: %q, %v", out, err)
+		}
+		kubectl("annotate", "clusters", "-n", "acct-a", "prod", v1alpha1.LocalNameAnnotation+"-")
+		eventually(t, time.Minute, "acct-a/prod Ready as itself again", func() (bool, string) {
+			out := field("acct-a", "prod", "{.metadata.annotations.socialweb\\.computer/local-name} {.status.phase}")
+			return out == locals["acct-a"]+" Ready", out
+		})
+		if out, err := there(kc["acct-a"], "get", "configmap", "whoami", "-o", "jsonpath={.data.account}"); err != nil || out != "acct-a" {
+			t.Errorf("acct-a/prod set right again: %q, %v", out, err)
 		}
 
 		kubectl("delete", "clusters", "-n", "acct-a", "prod", "--wait=true", "--timeout=120s")

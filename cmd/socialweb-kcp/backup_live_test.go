@@ -26,6 +26,7 @@ import (
 	"socialweb.computer/kcp/internal/backup"
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/livetest"
+	"socialweb.computer/kcp/internal/localname"
 	"socialweb.computer/kcp/internal/parallel"
 )
 
@@ -33,8 +34,10 @@ var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", R
 
 // A backup of a running cluster holding 1,000 ConfigMaps, 1,000 Secrets and a CRD with 20
 // objects, taken while a writer keeps writing; then:
-//   - a restore under a new name: every object the manifest lists is there, every Secret
-//     reads back (it decrypts), and every write acknowledged before the backup began;
+//   - a restore into another account (namespace acct-r) under the same name, while the
+//     original runs: the two are clusters of their own (the restored one under its own
+//     local name), and in it every object the manifest lists is there, every Secret reads
+//     back (it decrypts), and every write acknowledged before the backup began;
 //   - a tampered archive, a wrong key and a name in use are refused, and leave nothing;
 //   - the original cluster parked and its DataDir removed (its data lost), and restored
 //     under its own name: its objects are back, and the kubeconfig from before still works
@@ -190,19 +193,26 @@ func TestBackupAndRestore(t *testing.T) {
 		}
 	})
 
-	t.Run("under a new name", func(t *testing.T) {
-		must(t, "restore", "demo2", "-f", archive, "--key-file", keyFile, "--timeout", "4m")
-		must(t, "kubeconfig", "demo2", "--file", filepath.Join(work, "demo2.kubeconfig"))
+	t.Run("into another account under the same name", func(t *testing.T) {
+		if _, err := kubernetes.NewForConfigOrDie(restConfig(t, operator)).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "acct-r"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		must(t, "restore", "demo", "-n", "acct-r", "-f", archive, "--key-file", keyFile, "--timeout", "4m")
+		must(t, "kubeconfig", "demo", "-n", "acct-r", "--file", filepath.Join(work, "demo2.kubeconfig"))
 		cfg2 := restConfig(t, filepath.Join(work, "demo2.kubeconfig"))
 		checkRestored(t, kubernetes.NewForConfigOrDie(cfg2), cfg2, before)
-		if _, err := os.Lstat(clusterprovider.RestoreDirOf(root, "demo2")); err == nil {
+		local := localname.Hashed("acct-r", "demo", 0)
+		if _, err := os.Stat(clusterprovider.DataDirOf(root, local)); err != nil {
+			t.Errorf("acct-r/demo's DataDir under its local name %s: %v", local, err)
+		}
+		if _, err := os.Lstat(clusterprovider.RestoreDirOf(root, local)); err == nil {
 			t.Error("the restore's staging is left once the cluster is Ready")
 		}
-		// Its own identity: demo's kubeconfig is not trusted by demo2.
+		// Its own identity: demo's kubeconfig is not trusted by acct-r's demo.
 		cfgOld := restConfig(t, filepath.Join(work, "demo.kubeconfig"))
 		cfgOld.Host = cfg2.Host
 		if _, err := kubernetes.NewForConfigOrDie(cfgOld).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			t.Error("demo's kubeconfig works against demo2: the restore under a new name kept demo's CA")
+			t.Error("demo's kubeconfig works against acct-r's demo: the restore into another account kept demo's CA")
 		}
 	})
 
@@ -213,13 +223,13 @@ func TestBackupAndRestore(t *testing.T) {
 					CertificatesIssued string `json:"certificatesIssued"`
 				} `json:"status"`
 			}
-			if err := json.Unmarshal([]byte(must(t, "status", "demo2", "-o", "json")), &c); err != nil || c.Status.CertificatesIssued == "" {
-				t.Fatalf("status.certificatesIssued of demo2: %q, %v", c.Status.CertificatesIssued, err)
+			if err := json.Unmarshal([]byte(must(t, "status", "demo", "-n", "acct-r", "-o", "json")), &c); err != nil || c.Status.CertificatesIssued == "" {
+				t.Fatalf("status.certificatesIssued of acct-r/demo: %q, %v", c.Status.CertificatesIssued, err)
 			}
 			return c.Status.CertificatesIssued
 		}
 		was := issued()
-		out := must(t, "certs", "rotate", "demo2", "--timeout", "2m")
+		out := must(t, "certs", "rotate", "demo", "-n", "acct-r", "--timeout", "2m")
 		if !strings.Contains(out, "is Ready with certificates renewed at") {
 			t.Errorf("certs rotate said: %s", out)
 		}
@@ -228,7 +238,7 @@ func TestBackupAndRestore(t *testing.T) {
 		}
 		// The kubeconfig delivered before still works (same CA, not expired); the one
 		// delivered now does too.
-		must(t, "kubeconfig", "demo2", "--file", filepath.Join(work, "demo2-rotated.kubeconfig"))
+		must(t, "kubeconfig", "demo", "-n", "acct-r", "--file", filepath.Join(work, "demo2-rotated.kubeconfig"))
 		for _, kc := range []string{"demo2.kubeconfig", "demo2-rotated.kubeconfig"} {
 			if _, err := kubernetes.NewForConfigOrDie(restConfig(t, filepath.Join(work, kc))).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 				t.Errorf("%s after the rotation: %v", kc, err)

@@ -365,6 +365,7 @@ func describeCluster(w io.Writer, c v1alpha1.Cluster, now time.Time) {
 	fmt.Fprintf(tw, "Running:\t%v\n", running)
 	fmt.Fprintf(tw, "Nodes:\t%d (quota %s, %d pods per node)\n", c.Status.Nodes, quota, c.Spec.PodsPerNode)
 	fmt.Fprintf(tw, "Instance:\t%s\n", orDash(c.Status.Instance))
+	fmt.Fprintf(tw, "Local name:\t%s\n", orDash(c.Annotations[v1alpha1.LocalNameAnnotation]))
 	fmt.Fprintf(tw, "Age:\t%s\n", Age(now.Sub(c.CreationTimestamp.Time)))
 	if c.Spec.SleepAfter != nil {
 		fmt.Fprintf(tw, "Sleep after:\t%s without a request through the front door\n", c.Spec.SleepAfter.Duration)

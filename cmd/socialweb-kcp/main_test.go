@@ -188,6 +188,7 @@ func TestUpVerdict(t *testing.T) {
 		{c("Initializing", "BringingUp"), false, false},
 		{c("Ready", "Ready"), true, false},
 		{c("Unavailable", "BringUpFailed"), false, true},
+		{c("Unavailable", "LocalNameTaken"), false, true},
 		{c("Unavailable", "BackingOff"), false, false},
 		{c("Unavailable", "ComponentExited"), false, false},
 	} {

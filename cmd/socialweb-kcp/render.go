@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/clusterprovider"
 )
 
 // The output formats of -o, as kubectl names them.
@@ -206,6 +207,8 @@ func upVerdict(c v1alpha1.Cluster) (done bool, err error) {
 	switch {
 	case c.Status.Phase == v1alpha1.PhaseReady && c.Status.URL != "":
 		return true, nil
+	case readyReason(c) == clusterprovider.LocalNameTaken:
+		return false, fmt.Errorf("cluster %s: %s", c.Name, readyMessage(c))
 	case readyReason(c) == "BringUpFailed":
 		return false, fmt.Errorf("cluster %s: %s (the provider retries with backoff; socialweb-kcp status %s shows how it goes, socialweb-kcp down %s removes it)", c.Name, readyMessage(c), c.Name, c.Name)
 	}

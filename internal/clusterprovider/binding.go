@@ -15,7 +15,9 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/cgroups"
+	"socialweb.computer/kcp/internal/identitystore"
 	"socialweb.computer/kcp/internal/instancelease"
+	"socialweb.computer/kcp/internal/localname"
 	"socialweb.computer/kcp/internal/placement"
 )
 
@@ -46,6 +48,7 @@ const instancesTTL = time.Second
 type binding struct {
 	mu      sync.Mutex
 	pending map[types.UID]string // bound here, not yet shown bound by the informer: uid -> namespace/name
+	local   map[types.UID]string // of those, the local names given: uid -> local name
 	read    time.Time
 	leases  []instancelease.Lease
 }
@@ -95,7 +98,17 @@ func (l *Loop) hasHere(cl *v1alpha1.Cluster) bool {
 	if cl.Spec.Datastore == v1alpha1.DatastoreExternal {
 		return false // its data is on the server: a DataDir here is a copy, maybe of another Cluster of the name
 	}
-	return exists(l.P.DataDir(localName(cl))) || exists(l.P.restoreDir(localName(cl)))
+	// A DataDir or a staging under the name of a Cluster with no local name yet is its own
+	// only in the default namespace, or when its status says it ran (from before local
+	// names); in another it may be another namespace's Cluster of the name.
+	if _, named := cl.Annotations[v1alpha1.LocalNameAnnotation]; !named && cl.Namespace != localname.DefaultNamespace && cl.Status.URL == "" {
+		return false
+	}
+	layout := l.P.tenantSpec(localName(cl)).Layout()
+	if owner := identitystore.Owner(layout); owner != "" && owner != string(cl.UID) {
+		return false // another Cluster's, as its DataDir says
+	}
+	return exists(layout.Root) || exists(l.P.restoreDir(localName(cl)))
 }
 
 // bindHere binds the Cluster in u to this instance, in an update that carries its
@@ -108,6 +121,7 @@ func (l *Loop) bindHere(ctx context.Context, u *unstructured.Unstructured, legac
 	// A recorded name is kept (a rebind). One only asked for (a restore staged here asks
 	// for the name it chose alike) is given only if it is the one chosen: a Cluster cannot
 	// take another's DataDir by naming it.
+	chosen := ""
 	if asked := b.GetAnnotations()[v1alpha1.LocalNameAnnotation]; asked == "" || boundTo(b) == "" {
 		name, err := l.chooseLocalName(u, legacy)
 		if err != nil {
@@ -117,6 +131,7 @@ func (l *Loop) bindHere(ctx context.Context, u *unstructured.Unstructured, legac
 			l.Log.Warn("the local name asked for is not given", "cluster", b.GetNamespace()+"/"+b.GetName(), "asked", asked, "given", name)
 		}
 		withLocalName(b, name)
+		chosen = name
 	}
 	labels := b.GetLabels()
 	if labels == nil {
@@ -142,6 +157,12 @@ func (l *Loop) bindHere(ctx context.Context, u *unstructured.Unstructured, legac
 		l.bind.pending = map[types.UID]string{}
 	}
 	l.bind.pending[b.GetUID()] = b.GetNamespace() + "/" + b.GetName()
+	if chosen != "" {
+		if l.bind.local == nil {
+			l.bind.local = map[types.UID]string{}
+		}
+		l.bind.local[b.GetUID()] = chosen // held until the informer shows it
+	}
 	return nil
 }
 
@@ -163,12 +184,14 @@ func (l *Loop) instanceView(ctx context.Context) ([]placement.Instance, error) {
 	for _, o := range mine {
 		if m, err := meta.Accessor(o); err == nil {
 			delete(l.bind.pending, m.GetUID()) // the informer shows it bound
+			delete(l.bind.local, m.GetUID())
 		}
 	}
 	for uid, key := range l.bind.pending {
 		o, ok, _ := l.clusterIndex.GetByKey(key)
 		if m, err := meta.Accessor(o); !ok || err != nil || m.GetUID() != uid {
 			delete(l.bind.pending, uid) // gone (a Cluster of the name now is another)
+			delete(l.bind.local, uid)
 		}
 	}
 	view := make([]placement.Instance, 0, len(l.bind.leases))

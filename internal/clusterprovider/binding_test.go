@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/identitystore"
 	"socialweb.computer/kcp/internal/instancelease"
 	"socialweb.computer/kcp/internal/placement"
 )
@@ -60,22 +61,29 @@ func TestTheViewCountsPendingBindsOnce(t *testing.T) {
 }
 
 // A Cluster an earlier version ran here is this instance's without a decision: its status
-// names this instance or a name it had; a local one whose DataDir is here. An external one's
+// names this instance or a name it had; a local one whose DataDir is here, if that DataDir
+// is its own: in the default namespace, under its recorded local name, or when its status
+// says it ran; never one that its DataDir says is another Cluster's. An external one's
 // DataDir here is only a copy, maybe of another Cluster of the name: it decides nothing.
 func TestWhatIsHereIsBoundHere(t *testing.T) {
 	root := t.TempDir()
 	p := &Provider{cfg: Config{DataRoot: root}}
 	l := &Loop{Instance: "vm", FormerNames: []string{"vm.example"}, P: p}
 	for _, c := range []struct {
-		status, datastore string
-		dataDir, want     bool
+		ns, local, status, url, datastore, owner string
+		dataDir, want                            bool
 	}{
-		{"vm", "", false, true},
-		{"vm.example", "", false, true},
-		{"other", "", false, false},
-		{"", "", true, true},
-		{"", v1alpha1.DatastoreExternal, true, false},
-		{"vm", v1alpha1.DatastoreExternal, false, true},
+		{status: "vm", want: true},
+		{status: "vm.example", want: true},
+		{status: "other"},
+		{ns: "default", dataDir: true, want: true},
+		{ns: "acct", dataDir: true},                                           // maybe default's, or another account's
+		{ns: "acct", url: "https://c.kcp.example", dataDir: true, want: true}, // it ran before local names
+		{ns: "acct", local: "c", dataDir: true, want: true},
+		{ns: "default", dataDir: true, owner: "u-other"},
+		{ns: "default", dataDir: true, owner: "u-c", want: true},
+		{ns: "default", datastore: v1alpha1.DatastoreExternal, dataDir: true},
+		{status: "vm", datastore: v1alpha1.DatastoreExternal, want: true},
 	} {
 		name := "c"
 		if c.dataDir {
@@ -83,9 +91,18 @@ func TestWhatIsHereIsBoundHere(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.ClusterSpec{Datastore: c.datastore}, Status: v1alpha1.ClusterStatus{Instance: c.status}}
+		if c.owner != "" {
+			if err := identitystore.SetOwner(p.tenantSpec(name).Layout(), c.owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name, UID: "u-c"}, Spec: v1alpha1.ClusterSpec{Datastore: c.datastore},
+			Status: v1alpha1.ClusterStatus{Instance: c.status, URL: c.url}}
+		if c.local != "" {
+			cl.Annotations = map[string]string{v1alpha1.LocalNameAnnotation: c.local}
+		}
 		if got := l.hasHere(cl); got != c.want {
-			t.Errorf("status.instance %q, datastore %q, DataDir here %v: here %v, want %v", c.status, c.datastore, c.dataDir, got, c.want)
+			t.Errorf("%+v: here %v, want %v", c, got, c.want)
 		}
 		os.RemoveAll(p.DataDir(name))
 	}

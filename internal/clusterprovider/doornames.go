@@ -12,6 +12,7 @@ import (
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/frontdoor"
+	"socialweb.computer/kcp/internal/identitystore"
 )
 
 // Router is the front door's routing table (frontdoor.Server), which the loop keeps in
@@ -26,10 +27,13 @@ const ExtraNamesCondition = "ExtraNames"
 
 // Claims are the extra names the Clusters in objs ask for, and the Clusters the front
 // door knows by namespace: each that has a local name recorded (it was bound). One
-// without is not routed yet: its local name is chosen when it is bound.
-func Claims(objs []runtime.Object) ([]frontdoor.Claim, []frontdoor.Hosted) {
+// without is not known by namespace yet: its local name is chosen when it is bound. Of Clusters that
+// show one local name (an annotation set by hand), only the one ownerOf names (the uid
+// its DataDir records; "" when unknown), else the oldest, is known by it.
+func Claims(objs []runtime.Object, ownerOf func(local string) string) ([]frontdoor.Claim, []frontdoor.Hosted) {
+	byLocal := map[string]*unstructured.Unstructured{}
+	var order []string
 	var claims []frontdoor.Claim
-	var hosted []frontdoor.Hosted
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
@@ -37,8 +41,32 @@ func Claims(objs []runtime.Object) ([]frontdoor.Claim, []frontdoor.Hosted) {
 		}
 		local := u.GetAnnotations()[v1alpha1.LocalNameAnnotation]
 		if local == "" {
+			// Bound by an instance from before local names, which knows it by its name: its
+			// extra names stay routed to that name; it is known by namespace once recorded.
+			if names, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "extraNames"); len(names) > 0 && boundTo(u) != "" {
+				claims = append(claims, frontdoor.Claim{Cluster: u.GetName(), Names: names, Since: u.GetCreationTimestamp().Time})
+			}
 			continue
 		}
+		held, dup := byLocal[local]
+		if !dup {
+			byLocal[local] = u
+			order = append(order, local)
+			continue
+		}
+		if owner := ownerOf(local); owner != "" {
+			if string(u.GetUID()) == owner {
+				byLocal[local] = u
+			}
+			continue
+		}
+		if t, h := u.GetCreationTimestamp(), held.GetCreationTimestamp(); t.Before(&h) {
+			byLocal[local] = u
+		}
+	}
+	hosted := make([]frontdoor.Hosted, 0, len(order))
+	for _, local := range order {
+		u := byLocal[local]
 		hosted = append(hosted, frontdoor.Hosted{Namespace: u.GetNamespace(), Name: u.GetName(), Local: local})
 		if names, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "extraNames"); len(names) > 0 {
 			claims = append(claims, frontdoor.Claim{Cluster: local, Names: names, Since: u.GetCreationTimestamp().Time})
@@ -60,7 +88,7 @@ func (l *Loop) syncDoorNames() {
 	if err != nil {
 		return // an informer's lister does not fail; the next pass tries again
 	}
-	claims, hosted := Claims(objs)
+	claims, hosted := Claims(objs, func(local string) string { return identitystore.Owner(l.P.tenantSpec(local).Layout()) })
 	names, refused := base.WithClusters(hosted).WithClaims(claims)
 	byCluster := map[string][]string{}
 	for _, r := range refused {

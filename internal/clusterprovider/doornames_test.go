@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -51,7 +52,7 @@ func TestExtraNamesAreRoutedCertifiedOrRefused(t *testing.T) {
 		idx.Add(u)
 	}
 	objs, _ := cache.NewGenericLister(idx, ClustersResource.GroupResource()).List(labels.Everything())
-	claims, hosted := Claims(objs)
+	claims, hosted := Claims(objs, func(string) string { return "" })
 	if len(claims) != 3 || len(hosted) != 4 {
 		t.Fatalf("claims = %+v, hosted = %+v; want the claims of shop (both) and copy, and the four bound", claims, hosted)
 	}
@@ -134,5 +135,24 @@ func TestAnExtraNameGivenWhileItRunsIsCertified(t *testing.T) {
 	}
 	if minted, _ := c.EnsureServingNames(); minted {
 		t.Error("minted again with the same names")
+	}
+}
+
+// Two Clusters that show one local name (one's annotation set by hand): the front door
+// knows the one whose DataDir says it is its, else the older, and never both.
+func TestOneLocalNameIsKnownOnce(t *testing.T) {
+	victim := clusterWithNames("team-a", "prod", "prod-0a1b2c3d", time.Hour)
+	victim.SetUID("victim")
+	thief := clusterWithNames("team-b", "shop", "prod-0a1b2c3d", 2*time.Hour, "shop.example")
+	thief.SetUID("thief")
+	objs := []runtime.Object{thief, victim}
+	for owner, want := range map[string]string{"victim": "team-a", "": "team-b"} {
+		claims, hosted := Claims(objs, func(string) string { return owner })
+		if len(hosted) != 1 || hosted[0].Namespace != want {
+			t.Errorf("owner %q: hosted %+v, want only %s's", owner, hosted, want)
+		}
+		if wantClaims := map[string]int{"team-a": 0, "team-b": 1}[want]; len(claims) != wantClaims {
+			t.Errorf("owner %q: claims %+v", owner, claims)
+		}
 	}
 }

@@ -346,7 +346,7 @@ func (l *Loop) StepEvent(cluster string, e procgroup.Event) {
 	l.mu.Lock()
 	var keys []string
 	for key, st := range l.state {
-		if _, name, _ := cache.SplitMetaNamespaceKey(key); name == cluster && st.group == materialiser.GroupStarting {
+		if st.local == cluster && st.group == materialiser.GroupStarting { // cluster: the local name
 			st.progress = stepProgress(st.progress, e.Step.String(), e.Phase)
 			keys = append(keys, key)
 		}
@@ -445,8 +445,14 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		// brings the next pass).
 		return 0, l.recordLocalName(ctx, u)
 	}
-	l.syncDoorNames()
 	st := l.st(key)
+	if ok, err := l.claimLocalName(&cl, st); err != nil || !ok {
+		if err == nil {
+			err = l.refuseLocalName(ctx, &cl)
+		}
+		return 0, err
+	}
+	l.syncDoorNames()
 	l.mu.Lock()
 	st.local = localName(&cl)
 	l.mu.Unlock()

@@ -49,6 +49,9 @@ func (l *Loop) reconcileNode(ctx context.Context, key string) (time.Duration, er
 			// instance's (the cluster's passes enqueue them once it runs here).
 			return 0, nil
 		}
+		if _, named := owner.GetAnnotations()[v1alpha1.LocalNameAnnotation]; !named {
+			return 0, nil // its local name is recorded first; its passes enqueue its Nodes then
+		}
 		o.ClusterExists, o.ClusterDeleting = true, owner.GetDeletionTimestamp() != nil
 	} else if !apierrors.IsNotFound(err) {
 		return 0, err

@@ -18,6 +18,7 @@ type Event struct{ Type, Reason, Message string }
 var clusterWarnings = map[string]string{
 	"BringUpFailed":   "the provider retries with backoff; socialweb-kcp status %[1]s shows how it goes, socialweb-kcp down %[1]s removes it",
 	"ComponentExited": "the provider brings the cluster back after a backoff; the component's log is under the cluster's DataDir, logs/",
+	"LocalNameTaken":  "",
 }
 
 // ForCluster is the Event for cluster name's Ready condition going from the reason was to
