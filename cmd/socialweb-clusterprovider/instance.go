@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -60,8 +62,9 @@ func parseCapacity(s string) (int, error) {
 // A name another serve took (its Lease had expired) is sent on lost: serve must stop.
 func registerInstance(ctx context.Context, core kubernetes.Interface, loop *clusterprovider.Loop, where string, capacity int, ext *externaldb.Server, lost chan<- error) (release func(context.Context) error, err error) {
 	health := externaldb.Watch(ctx, ext, loop.Log)
+	cpu := &cpuSampler{}
 	h := &instancelease.Holder{Client: core, Name: loop.Instance, Where: where, Log: loop.Log, Report: func() instancelease.Report {
-		r := instancelease.Report{Capacity: capacity, Running: loop.Running(), MemoryAvailable: memAvailable()}
+		r := instancelease.Report{Capacity: capacity, Running: loop.Running(), MemoryAvailable: memAvailable(), CPUIdle: cpu.idle()}
 		if ext != nil {
 			r.External, r.ExternalProblem = health.State()
 		}
@@ -94,4 +97,61 @@ func memAvailable() int64 {
 		}
 	}
 	return 0
+}
+
+// cpuTimes is the first line of /proc/stat: the host's CPU time in ticks, idle (idle and
+// iowait) and in all.
+type cpuTimes struct{ idle, total uint64 }
+
+// parseCPUTimes reads the aggregate "cpu" line of /proc/stat.
+func parseCPUTimes(stat string) (cpuTimes, bool) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return cpuTimes{}, false
+	}
+	var t cpuTimes
+	// user nice system idle iowait irq softirq steal: guest time is counted in user already.
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return cpuTimes{}, false
+		}
+		t.total += v
+		if i == 3 || i == 4 {
+			t.idle += v
+		}
+	}
+	return t, true
+}
+
+// idleMillicores is how many thousandths of a core were idle between two readings on a
+// host of cpus cores; -1 when no time passed.
+func idleMillicores(before, after cpuTimes, cpus int) int64 {
+	if after.total <= before.total || after.idle < before.idle {
+		return -1
+	}
+	return int64((after.idle - before.idle) * uint64(cpus) * 1000 / (after.total - before.total))
+}
+
+// cpuSampler reports the host's idle CPU since its last report (since boot at the first).
+type cpuSampler struct {
+	mu   sync.Mutex
+	last cpuTimes
+}
+
+func (c *cpuSampler) idle() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	now, ok := parseCPUTimes(string(b))
+	if !ok {
+		return -1
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	idle := idleMillicores(c.last, now, runtime.NumCPU())
+	c.last = now
+	return idle
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -89,5 +90,30 @@ func TestInstanceName(t *testing.T) {
 		if got := instanceName(host); got != want {
 			t.Errorf("instanceName(%q) = %q, want %q", host, got, want)
 		}
+	}
+}
+
+// The idle CPU an instance reports: from /proc/stat's cpu line, idle and iowait over all
+// the time between two readings, times the cores; nothing when no time passed or the line
+// is not one.
+func TestIdleCPU(t *testing.T) {
+	before, ok := parseCPUTimes("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 50 0 50 350 50 0 0 0 0 0\n")
+	if !ok || before != (cpuTimes{idle: 800, total: 1000}) {
+		t.Fatalf("parse: %+v, %v", before, ok)
+	}
+	after, _ := parseCPUTimes("cpu  400 0 200 1000 200 0 0 0 50 50\n") // guest time is in user already
+	if got := idleMillicores(before, after, 2); got != 1000 {
+		t.Errorf("idle over the interval: %d millicores, want 1000 (400 of 800 ticks idle, 2 cores)", got)
+	}
+	if got := idleMillicores(after, after, 2); got != -1 {
+		t.Errorf("no time passed: %d, want -1", got)
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 x 4 5"} {
+		if _, ok := parseCPUTimes(bad); ok {
+			t.Errorf("parsed %q", bad)
+		}
+	}
+	if s := (&cpuSampler{}).idle(); s < 0 || s > int64(runtime.NumCPU())*1000 {
+		t.Errorf("this host's idle CPU since boot: %d millicores", s)
 	}
 }

@@ -57,7 +57,7 @@ func boundCounts(cls []v1alpha1.Cluster) map[string]int {
 // hostsTable is hosts' table: one row per instance.
 func hostsTable(w io.Writer, leases []instancelease.Lease, bound map[string]int, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "INSTANCE\tLIVE\tLEASE-AGE\tBOUND\tRUNNING\tCAPACITY\tMEMORY-FREE\tWHERE")
+	fmt.Fprintln(tw, "INSTANCE\tLIVE\tLEASE-AGE\tBOUND\tRUNNING\tCAPACITY\tMEMORY-FREE\tCPU-FREE\tWHERE")
 	for _, l := range leases {
 		capacity := "unlimited"
 		if l.Capacity != placement.Unlimited {
@@ -67,11 +67,15 @@ func hostsTable(w io.Writer, leases []instancelease.Lease, bound map[string]int,
 		if l.MemoryAvailable > 0 {
 			mem = fmt.Sprintf("%.1fGi", float64(l.MemoryAvailable)/(1<<30))
 		}
+		cpu := "-"
+		if l.CPUIdle >= 0 {
+			cpu = fmt.Sprintf("%.2f", float64(l.CPUIdle)/1000)
+		}
 		live := "yes"
 		if !l.Live(now) {
 			live = "no (expired)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Name, live, Age(now.Sub(l.Renewed)), bound[l.Name], l.Running, capacity, mem, orDash(l.Where))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", l.Name, live, Age(now.Sub(l.Renewed)), bound[l.Name], l.Running, capacity, mem, cpu, orDash(l.Where))
 	}
 	return tw.Flush()
 }

@@ -234,12 +234,12 @@ func TestNoPollingLoopInTheCommands(t *testing.T) {
 }
 
 // hosts shows each instance's Lease: an expired one says so, an unlimited capacity is
-// written out, and BOUND counts the Clusters labelled for it.
+// written out, CPU-FREE is idle cores, and BOUND counts the Clusters labelled for it.
 func TestHostsTable(t *testing.T) {
 	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
 	leases := []instancelease.Lease{
-		{Name: "host-a", Where: "a:/var/lib/socialweb", Renewed: now.Add(-3 * time.Second), Report: instancelease.Report{Capacity: 60, Running: 2, MemoryAvailable: 12 << 30}},
-		{Name: "host-b", Renewed: now.Add(-2 * time.Minute), Report: instancelease.Report{Capacity: placement.Unlimited}},
+		{Name: "host-a", Where: "a:/var/lib/socialweb", Renewed: now.Add(-3 * time.Second), Report: instancelease.Report{Capacity: 60, Running: 2, MemoryAvailable: 12 << 30, CPUIdle: 1375}},
+		{Name: "host-b", Renewed: now.Add(-2 * time.Minute), Report: instancelease.Report{Capacity: placement.Unlimited, CPUIdle: -1}},
 	}
 	bound := boundCounts([]v1alpha1.Cluster{
 		{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.InstanceLabel: "host-a"}}},
@@ -250,9 +250,9 @@ func TestHostsTable(t *testing.T) {
 	if err := hostsTable(&b, leases, bound, now); err != nil {
 		t.Fatal(err)
 	}
-	want := `INSTANCE  LIVE          LEASE-AGE  BOUND  RUNNING  CAPACITY   MEMORY-FREE  WHERE
-host-a    yes           3s         2      2        60         12.0Gi       a:/var/lib/socialweb
-host-b    no (expired)  2m         0      0        unlimited  -            -
+	want := `INSTANCE  LIVE          LEASE-AGE  BOUND  RUNNING  CAPACITY   MEMORY-FREE  CPU-FREE  WHERE
+host-a    yes           3s         2      2        60         12.0Gi       1.38      a:/var/lib/socialweb
+host-b    no (expired)  2m         0      0        unlimited  -            -         -
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)

@@ -31,6 +31,7 @@ const (
 	CapacityAnnotation = "socialweb.computer/capacity-clusters"          // an integer, or "unlimited"
 	RunningAnnotation  = "socialweb.computer/running-clusters"           // clusters with processes now
 	MemoryAnnotation   = "socialweb.computer/memory-available-bytes"     // MemAvailable of its host
+	CPUAnnotation      = "socialweb.computer/cpu-idle-millicores"        // its host's idle CPU since the last renewal
 	WhereAnnotation    = "socialweb.computer/where"                      // host name and data root: which serve holds it
 	ExternalAnnotation = "socialweb.computer/external-datastore"         // "true": it reaches the shared external datastore
 	ProblemAnnotation  = "socialweb.computer/external-datastore-problem" // why it has one and does not reach it
@@ -55,6 +56,10 @@ type Report struct {
 	Capacity        int // placement.Unlimited for no cap
 	Running         int
 	MemoryAvailable int64
+	// CPUIdle is its host's idle CPU over the last renewal's interval, in thousandths of a
+	// core; -1: not reported. Shown to the operator (socialweb-kcp hosts), not placed by:
+	// it swings with every bring-up, and each tenant's CPU is bounded by its control group.
+	CPUIdle         int64
 	External        bool   // it reaches the external datastore (serve --external-datastore)
 	ExternalProblem string // it has one and does not reach it: what it saw
 }
@@ -96,6 +101,10 @@ func FromLease(o *coordinationv1.Lease) (Lease, error) {
 	}
 	l.Running, _ = strconv.Atoi(o.Annotations[RunningAnnotation])
 	l.MemoryAvailable, _ = strconv.ParseInt(o.Annotations[MemoryAnnotation], 10, 64)
+	l.CPUIdle = -1
+	if v, err := strconv.ParseInt(o.Annotations[CPUAnnotation], 10, 64); err == nil && v >= 0 {
+		l.CPUIdle = v
+	}
 	l.External = o.Annotations[ExternalAnnotation] == "true"
 	l.ExternalProblem = o.Annotations[ProblemAnnotation]
 	return l, nil
@@ -248,6 +257,11 @@ func (h *Holder) lease(cur *coordinationv1.Lease) *coordinationv1.Lease {
 	l.Annotations[CapacityAnnotation] = capacity
 	l.Annotations[RunningAnnotation] = strconv.Itoa(r.Running)
 	l.Annotations[MemoryAnnotation] = strconv.FormatInt(r.MemoryAvailable, 10)
+	if r.CPUIdle >= 0 {
+		l.Annotations[CPUAnnotation] = strconv.FormatInt(r.CPUIdle, 10)
+	} else {
+		delete(l.Annotations, CPUAnnotation)
+	}
 	l.Annotations[ExternalAnnotation] = strconv.FormatBool(r.External)
 	if r.ExternalProblem != "" {
 		l.Annotations[ProblemAnnotation] = r.ExternalProblem
