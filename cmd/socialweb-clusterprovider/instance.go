@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,26 +102,33 @@ func memAvailable() int64 {
 // iowait) and in all.
 type cpuTimes struct{ idle, total uint64 }
 
-// parseCPUTimes reads the aggregate "cpu" line of /proc/stat.
-func parseCPUTimes(stat string) (cpuTimes, bool) {
+// parseCPUTimes reads the aggregate "cpu" line of /proc/stat, and counts the cores it
+// sums (its "cpuN" lines: every online one, whatever this process's affinity).
+func parseCPUTimes(stat string) (cpuTimes, int, bool) {
+	cores := 0
+	for _, l := range strings.Split(stat, "\n")[1:] {
+		if strings.HasPrefix(l, "cpu") {
+			cores++
+		}
+	}
 	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
 	if len(f) < 5 || f[0] != "cpu" {
-		return cpuTimes{}, false
+		return cpuTimes{}, 0, false
 	}
 	var t cpuTimes
 	// user nice system idle iowait irq softirq steal: guest time is counted in user already.
 	for i, s := range f[1:min(len(f), 9)] {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return cpuTimes{}, false
+			return cpuTimes{}, 0, false
 		}
 		t.total += v
 		if i == 3 || i == 4 {
 			t.idle += v
 		}
 	}
-	return t, true
+	return t, cores, true
 }
 
 // idleMillicores is how many thousandths of a core were idle between two readings on a
@@ -145,13 +151,13 @@ func (c *cpuSampler) idle() int64 {
 	if err != nil {
 		return -1
 	}
-	now, ok := parseCPUTimes(string(b))
+	now, cores, ok := parseCPUTimes(string(b))
 	if !ok {
 		return -1
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	idle := idleMillicores(c.last, now, runtime.NumCPU())
+	idle := idleMillicores(c.last, now, cores)
 	c.last = now
 	return idle
 }

@@ -29,8 +29,9 @@ const beforeLocalNames = "2139de7714470cd6aa92574c519e9f551323c071"
 // now also <cluster>.<namespace>.<base-domain>. Then two accounts each create prod, beside
 // default's prod: all three Ready, each tenant reaches its own through the front door from
 // another host, each at its own name; a local name removed by hand comes back, the cluster
-// untouched; one set by hand to another Cluster's is refused (LocalNameTaken) and touches
-// nothing of that other; deleting one prod leaves the others running.
+// untouched; one changed by hand is set back; a copy of default's prod in another
+// namespace, bound and named as it is, is refused (LocalNameTaken) and, deleted, takes
+// nothing of default's; deleting one prod leaves the others running.
 func TestNamesPerNamespace(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	old := buildAt(t, beforeLocalNames, "./cmd/socialweb-clusterprovider")
@@ -78,6 +79,7 @@ func TestNamesPerNamespace(t *testing.T) {
 	}
 	kubectl("create", "namespace", "acct-a")
 	kubectl("create", "namespace", "acct-b")
+	kubectl("create", "namespace", "acct-c")
 
 	parent := t // the new serve outlives the subtest that starts it
 	t.Run("an upgrade keeps every cluster where it was", func(t *testing.T) {
@@ -150,27 +152,31 @@ func TestNamesPerNamespace(t *testing.T) {
 			t.Errorf("acct-b/prod's apiserver: pid %d, then %d", pid, now)
 		}
 
-		// A local name set by hand to another Cluster's: refused, and that other is not
-		// touched; set right again (removed), the cluster serves as before.
+		// A local name changed by hand, to another Cluster's: set back to its own, and that
+		// other is not touched.
 		pid = apiserver("prod")
 		kubectl("annotate", "--overwrite", "clusters", "-n", "acct-a", "prod", v1alpha1.LocalNameAnnotation+"=prod")
-		eventually(t, time.Minute, "acct-a/prod refused", func() (bool, string) {
-			out := field("acct-a", "prod", `{.status.conditions[?(@.type=="Ready")].reason}`)
+		eventually(t, time.Minute, "acct-a/prod's local name set back", func() (bool, string) {
+			got := field("acct-a", "prod", "{.metadata.annotations.socialweb\\.computer/local-name}")
+			return got == locals["acct-a"], got
+		})
+		// A copy of default's prod in another namespace, bound and named as it is (as a
+		// restore of the front's objects would make it): refused, and deleted, it takes
+		// nothing of default's with it.
+		instance := field("default", "prod", "{.metadata.labels.socialweb\\.computer/instance}")
+		apply(t, kubectl, fmt.Sprintf("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: prod, namespace: acct-c, labels: {socialweb.computer/instance: %s}, annotations: {socialweb.computer/local-name: prod}}\nspec: {account: acct-c}\n", instance))
+		eventually(t, time.Minute, "acct-c/prod refused", func() (bool, string) {
+			out := field("acct-c", "prod", `{.status.conditions[?(@.type=="Ready")].reason}`)
 			return out == clusterprovider.LocalNameTaken, out
 		})
+		kubectl("delete", "clusters", "-n", "acct-c", "prod", "--wait=true", "--timeout=60s")
 		if now := apiserver("prod"); now != pid {
-			t.Errorf("default/prod's apiserver after acct-a/prod named it: pid %d, then %d", pid, now)
+			t.Errorf("default/prod's apiserver after a copy named it: pid %d, then %d", pid, now)
 		}
-		if out, err := there(kc["default"], "get", "configmap", "whoami", "-o", "jsonpath={.data.account}"); err != nil || out != "default" {
-			t.Errorf("default/prod while acct-a/prod named it: %q, %v", out, err)
-		}
-		kubectl("annotate", "clusters", "-n", "acct-a", "prod", v1alpha1.LocalNameAnnotation+"-")
-		eventually(t, time.Minute, "acct-a/prod Ready as itself again", func() (bool, string) {
-			out := field("acct-a", "prod", "{.metadata.annotations.socialweb\\.computer/local-name} {.status.phase}")
-			return out == locals["acct-a"]+" Ready", out
-		})
-		if out, err := there(kc["acct-a"], "get", "configmap", "whoami", "-o", "jsonpath={.data.account}"); err != nil || out != "acct-a" {
-			t.Errorf("acct-a/prod set right again: %q, %v", out, err)
+		for _, ns := range []string{"default", "acct-a"} {
+			if out, err := there(kc[ns], "get", "configmap", "whoami", "-o", "jsonpath={.data.account}"); err != nil || out != ns {
+				t.Errorf("%s/prod after the copy came and went: %q, %v", ns, out, err)
+			}
 		}
 
 		kubectl("delete", "clusters", "-n", "acct-a", "prod", "--wait=true", "--timeout=120s")

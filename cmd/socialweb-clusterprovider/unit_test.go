@@ -97,11 +97,11 @@ func TestInstanceName(t *testing.T) {
 // the time between two readings, times the cores; nothing when no time passed or the line
 // is not one.
 func TestIdleCPU(t *testing.T) {
-	before, ok := parseCPUTimes("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 50 0 50 350 50 0 0 0 0 0\n")
-	if !ok || before != (cpuTimes{idle: 800, total: 1000}) {
-		t.Fatalf("parse: %+v, %v", before, ok)
+	before, cores, ok := parseCPUTimes("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 50 0 50 350 50 0 0 0 0 0\ncpu1 50 0 50 350 50 0 0 0 0 0\nintr 1\n")
+	if !ok || before != (cpuTimes{idle: 800, total: 1000}) || cores != 2 {
+		t.Fatalf("parse: %+v, %d cores, %v", before, cores, ok)
 	}
-	after, _ := parseCPUTimes("cpu  400 0 200 1000 200 0 0 0 50 50\n") // guest time is in user already
+	after, _, _ := parseCPUTimes("cpu  400 0 200 1000 200 0 0 0 50 50\n") // guest time is in user already
 	if got := idleMillicores(before, after, 2); got != 1000 {
 		t.Errorf("idle over the interval: %d millicores, want 1000 (400 of 800 ticks idle, 2 cores)", got)
 	}
@@ -109,7 +109,7 @@ func TestIdleCPU(t *testing.T) {
 		t.Errorf("no time passed: %d, want -1", got)
 	}
 	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 x 4 5"} {
-		if _, ok := parseCPUTimes(bad); ok {
+		if _, _, ok := parseCPUTimes(bad); ok {
 			t.Errorf("parsed %q", bad)
 		}
 	}

@@ -2,6 +2,7 @@ package clusterprovider
 
 import (
 	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,16 +55,13 @@ func Claims(objs []runtime.Object, ownerOf func(local string) string) ([]frontdo
 			order = append(order, local)
 			continue
 		}
-		if owner := ownerOf(local); owner != "" {
-			if string(u.GetUID()) == owner {
-				byLocal[local] = u
-			}
-			continue
-		}
-		if t, h := u.GetCreationTimestamp(), held.GetCreationTimestamp(); t.Before(&h) {
+		// The one its DataDir names; else the oldest (the uid breaks a tie): the same
+		// whatever order the lister gives.
+		if owner := ownerOf(local); owner == string(u.GetUID()) || owner != string(held.GetUID()) && older(u, held) {
 			byLocal[local] = u
 		}
 	}
+	slices.Sort(order)
 	hosted := make([]frontdoor.Hosted, 0, len(order))
 	for _, local := range order {
 		u := byLocal[local]

@@ -3,6 +3,8 @@ package clusterprovider
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/identitystore"
@@ -67,7 +70,7 @@ func ChooseLocalName(cl *v1alpha1.Cluster, all []v1alpha1.Cluster) string {
 
 // chooseLocalName is the local name for the Cluster in u, which has none recorded, among
 // every Cluster the informer shows. legacy: something of it is on this host already under
-// its own name (hasHere), so it keeps that name if no other holds it.
+// its own name (hasHere), so it keeps that name if no other holds it; only then.
 // The names this instance gave in binds its informer does not show yet are held too.
 // l.bind.mu is held.
 func (l *Loop) chooseLocalName(u *unstructured.Unstructured, legacy bool) (string, error) {
@@ -76,7 +79,7 @@ func (l *Loop) chooseLocalName(u *unstructured.Unstructured, legacy bool) (strin
 		return "", err
 	}
 	c := candidateOf(u)
-	c.Legacy = c.Legacy || legacy
+	c.Legacy = legacy
 	name := localname.Choose(c, others)
 	// A name asked for (a restore staged for it chose it, ChooseLocalName) is given when it
 	// is the one a new Cluster gets: the staging may be here already, or not yet.
@@ -97,12 +100,19 @@ func (l *Loop) localNamesHeld() ([]localname.Cluster, error) {
 		return nil, err
 	}
 	others := make([]localname.Cluster, 0, len(objs)+len(l.bind.local))
+	shown := make(map[types.UID]bool, len(objs)) // uid -> its local name is recorded
 	for _, o := range objs {
 		if ou, ok := o.(*unstructured.Unstructured); ok {
-			others = append(others, candidateOf(ou))
+			c := candidateOf(ou)
+			others = append(others, c)
+			shown[ou.GetUID()] = c.Local != ""
 		}
 	}
 	for uid, name := range l.bind.local {
+		if recorded, there := shown[uid]; recorded || !there {
+			delete(l.bind.local, uid) // the informer shows it, or it is gone
+			continue
+		}
 		others = append(others, localname.Cluster{UID: string(uid), Local: name, Legacy: true})
 	}
 	return others, nil
@@ -132,22 +142,28 @@ func withLocalName(u *unstructured.Unstructured, name string) {
 // recordLocalName records the local name of a Cluster bound here without one, in an
 // update with its resourceVersion: one bound by a provider from before local names, whose
 // DataDir, port and processes carry its bare name, or one whose annotation was removed by
-// hand. The name whose DataDir is here is kept, if no other Cluster holds it; else one is
-// chosen. A conflict is no news: the change's event brings the next pass.
+// hand. The name whose DataDir is here and is not another's is kept (the bare one, or
+// one of its hashed ones); with none here, a name is chosen as for a new Cluster. A
+// conflict is no news: the change's event brings the next pass.
 func (l *Loop) recordLocalName(ctx context.Context, u *unstructured.Unstructured) error {
 	l.bind.mu.Lock()
 	defer l.bind.mu.Unlock()
 	b := u.DeepCopy()
-	name, err := l.chooseLocalName(u, true)
-	if err != nil {
-		return err
+	name := ""
+	for salt := -1; salt < 4 && name == ""; salt++ {
+		try := u.GetName()
+		if salt >= 0 {
+			try = localname.Hashed(u.GetNamespace(), u.GetName(), salt)
+		}
+		owner := identitystore.Owner(l.P.tenantSpec(try).Layout())
+		if exists(l.P.DataDir(try)) && (owner == "" || owner == string(u.GetUID())) && !l.localNameHeld(u, try) {
+			name = try
+		}
 	}
-	if !exists(l.P.DataDir(name)) {
-		for salt := range 4 {
-			if h := localname.Hashed(u.GetNamespace(), u.GetName(), salt); exists(l.P.DataDir(h)) && !l.localNameHeld(u, h) {
-				name = h
-				break
-			}
+	var err error
+	if name == "" {
+		if name, err = l.chooseLocalName(u, false); err != nil {
+			return err
 		}
 	}
 	withLocalName(b, name)
@@ -163,40 +179,120 @@ func (l *Loop) recordLocalName(ctx context.Context, u *unstructured.Unstructured
 }
 
 // LocalNameTaken is the Ready reason of a Cluster whose recorded local name is another
-// live Cluster's on this host (its DataDir says whose it is): nothing is done for it.
+// Cluster's on this host (its DataDir says whose it is, or an older Cluster shows it):
+// nothing is done for it.
 const LocalNameTaken = "LocalNameTaken"
 
-// claimLocalName says whether the Cluster may use its local name on this host, and makes
-// the DataDir say whose it is. A DataDir records the uid of its Cluster (identitystore's
-// owner file): one that records another Cluster that still exists is that Cluster's, and
-// the annotation that led here was set by hand (or copied with the object): the Cluster is
-// refused, so that no Cluster takes another's data, processes or port by naming them. One
-// that records a Cluster gone is a leftover, handled as before (an external cluster's copy
-// is removed before its bring-up). One that records nothing (made before owners were
-// recorded, or just now) is marked as this Cluster's, while no bring-up or teardown is
-// under way in it. A local name other than the one this run has known the Cluster by is
-// refused too: the annotation was changed by hand.
-func (l *Loop) claimLocalName(cl *v1alpha1.Cluster, st *runState) (bool, error) {
+// claimLocalName says whether the Cluster may use its recorded local name on this host. A
+// DataDir records the uid of the Cluster whose it is (identitystore's owner file, written
+// by each bring-up, ownDataDir): one that records another Cluster that still exists is
+// that Cluster's, and the annotation that led here was set by hand (or copied with the
+// object): the Cluster is refused, so that no Cluster takes another's data, processes or
+// port by naming them. One that records nothing (made before owners were recorded) or a
+// Cluster gone (a leftover, handled as before) goes to the oldest of the Clusters that
+// show its name, so that a copy never takes what the original has before the original's
+// first pass after a restart.
+func (l *Loop) claimLocalName(cl *v1alpha1.Cluster) bool {
+	local := localName(cl)
+	switch owner := identitystore.Owner(l.P.tenantSpec(local).Layout()); {
+	case owner == string(cl.UID):
+		return true
+	case owner != "" && l.clusterOfUID(owner) != nil:
+		return false
+	}
+	showing, _ := l.clusterIndex.ByIndex(byLocal, local)
+	for _, o := range showing {
+		m, err := meta.Accessor(o)
+		if err != nil || m.GetUID() == cl.UID || m.GetAnnotations()[v1alpha1.LocalNameAnnotation] != local {
+			continue
+		}
+		if older(m, cl) {
+			return false
+		}
+	}
+	return true
+}
+
+// older says whether a was made before b (the uid breaks a tie).
+func older(a, b metav1.Object) bool {
+	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+	if !ta.Equal(&tb) {
+		return ta.Before(&tb)
+	}
+	return a.GetUID() < b.GetUID()
+}
+
+// knownLocalName is the local name this instance knows the Cluster by, if any: the one this
+// run has used, or the one whose DataDir here records the Cluster's uid. A recorded name
+// that differs was changed by hand (restoreLocalName sets it back).
+func (l *Loop) knownLocalName(cl *v1alpha1.Cluster, st *runState) string {
 	l.mu.Lock()
 	known := st.local
 	l.mu.Unlock()
-	if known != "" && known != localName(cl) {
-		return false, nil // recorded once, never changed: this run knows it by another
+	if known != "" {
+		return known
 	}
-	layout := l.P.tenantSpec(localName(cl)).Layout()
-	switch owner := identitystore.Owner(layout); {
-	case owner == string(cl.UID):
-		return true, nil
-	case owner != "":
-		return l.clusterOfUID(owner) == nil, nil
+	return l.ownedDataDir(cl.UID)
+}
+
+// ownedDataDir is the local name whose DataDir here records uid as its owner; "" when
+// none does. The DataDirs are read once per run and then kept in step (ownDataDir); each
+// answer is checked against the DataDir itself.
+func (l *Loop) ownedDataDir(uid types.UID) string {
+	l.ownersMu.Lock()
+	defer l.ownersMu.Unlock()
+	if l.owners == nil {
+		l.owners = map[types.UID]string{}
+		entries, _ := os.ReadDir(filepath.Join(l.P.cfg.DataRoot, "clusters"))
+		for _, e := range entries {
+			if owner := identitystore.Owner(l.P.tenantSpec(e.Name()).Layout()); e.IsDir() && owner != "" {
+				l.owners[types.UID(owner)] = e.Name()
+			}
+		}
 	}
-	l.mu.Lock()
-	quiet := st.group == materialiser.GroupUp || st.group == materialiser.GroupAbsent && !st.stopping
-	l.mu.Unlock()
-	if quiet && cl.DeletionTimestamp == nil && exists(layout.Root) {
-		return true, identitystore.SetOwner(layout, string(cl.UID))
+	local := l.owners[uid]
+	if local != "" && identitystore.Owner(l.P.tenantSpec(local).Layout()) != string(uid) {
+		delete(l.owners, uid) // removed, or another's since
+		return ""
 	}
-	return true, nil
+	return local
+}
+
+// ownDataDir records, after a bring-up or an adoption, that the cluster's DataDir is the
+// Cluster of uid's.
+func (l *Loop) ownDataDir(c *Cluster, uid types.UID) {
+	if uid == "" {
+		return
+	}
+	layout := c.Spec.Layout()
+	if identitystore.Owner(layout) != string(uid) {
+		if err := identitystore.SetOwner(layout, string(uid)); err != nil {
+			l.Log.Warn("the DataDir's owner not recorded; recorded at the next start", "cluster", c.Name, "err", err)
+			return
+		}
+	}
+	l.ownersMu.Lock()
+	if l.owners != nil {
+		l.owners[uid] = c.Name
+	}
+	l.ownersMu.Unlock()
+}
+
+// restoreLocalName sets the local name of the Cluster in u back to local, the one this
+// instance knows it by, in an update with its resourceVersion: the annotation was changed
+// by hand, and what the Cluster has here (its processes, port and DataDir) carries the
+// name it had. A conflict is no news.
+func (l *Loop) restoreLocalName(ctx context.Context, u *unstructured.Unstructured, local string) error {
+	b := u.DeepCopy()
+	withLocalName(b, local)
+	_, err := l.Front.Resource(ClustersResource).Namespace(b.GetNamespace()).Update(ctx, b, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil {
+		l.Log.Warn("the local name was changed by hand: set back", "cluster", b.GetNamespace()+"/"+b.GetName(), "local", local, "was", localName(u))
+	}
+	return nil
 }
 
 // clusterOfUID is the Cluster of uid on the front, or nil.
@@ -220,7 +316,7 @@ func (l *Loop) refuseLocalName(ctx context.Context, cl *v1alpha1.Cluster) error 
 		return nil
 	}
 	r := materialiser.Result{Phase: materialiser.PhaseUnavailable, Ready: materialiser.Condition{Reason: LocalNameTaken,
-		Message: fmt.Sprintf("its local name %q (annotation %s) was changed by hand, or is another Cluster's on this host: remove the annotation, and the provider records this Cluster's own",
+		Message: fmt.Sprintf("its local name %q (annotation %s) is another Cluster's on this host: remove the annotation, and the provider records this Cluster's own",
 			localName(cl), v1alpha1.LocalNameAnnotation)}}
 	l.writeStatus(ctx, cl, &runState{}, 0, r, nil)
 	return nil

@@ -1,54 +1,76 @@
 package clusterprovider
 
 import (
+	"log/slog"
 	"os"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/identitystore"
 	"socialweb.computer/kcp/internal/localname"
-	"socialweb.computer/kcp/internal/materialiser"
 	"socialweb.computer/kcp/internal/portallocator"
 )
 
 // A DataDir says whose it is: a Cluster whose local name leads to another live Cluster's
-// DataDir is refused; a gone Cluster's leftover is not a reason to refuse; one that says
-// nothing is marked as the Cluster's, but not while a bring-up may be making it.
+// DataDir is refused; one that says nothing goes to the oldest Cluster showing the name, so
+// a copy never takes the original's; a gone Cluster's leftover refuses nobody. A Cluster
+// whose annotation was changed is known by the DataDir it owns.
 func TestALocalNameLeadsOnlyToItsOwnDataDir(t *testing.T) {
 	p, err := New(Config{DataRoot: t.TempDir(), Ports: portallocator.Range{First: 40000, Last: 40009}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	victim := boundCluster("team-a", "prod", "u-victim", "here")
-	idx.Add(victim)
-	l := &Loop{P: p, lister: cache.NewGenericLister(idx, ClustersResource.GroupResource())}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byLocal: indexByLocal})
+	l := &Loop{P: p, lister: cache.NewGenericLister(idx, ClustersResource.GroupResource()), clusterIndex: idx, Log: slog.New(slog.DiscardHandler)}
 	layout := p.tenantSpec("prod").Layout()
 	if err := os.MkdirAll(layout.Root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	thief := &v1alpha1.Cluster{}
-	thief.Namespace, thief.Name, thief.UID = "team-b", "x", types.UID("u-thief")
-	thief.Annotations = map[string]string{v1alpha1.LocalNameAnnotation: "prod"}
+	cluster := func(ns, name, uid string, age time.Duration) *v1alpha1.Cluster {
+		cl := &v1alpha1.Cluster{}
+		cl.Namespace, cl.Name, cl.UID = ns, name, types.UID(uid)
+		cl.Annotations = map[string]string{v1alpha1.LocalNameAnnotation: "prod"}
+		cl.CreationTimestamp = metav1.NewTime(time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC).Add(-age))
+		u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(cl)
+		idx.Add(&unstructured.Unstructured{Object: u})
+		return cl
+	}
+	victim := cluster("team-a", "prod", "u-victim", time.Hour)
+	thief := cluster("team-b", "x", "u-thief", time.Minute)
 
-	starting := &runState{group: materialiser.GroupStarting}
-	if ok, err := l.claimLocalName(thief, starting); !ok || err != nil || identitystore.Owner(layout) != "" {
-		t.Fatalf("a DataDir that says nothing, while a bring-up may make it: %v, %v, owner %q; want claimed, not marked", ok, err, identitystore.Owner(layout))
+	// Nothing recorded yet (a DataDir from before owners were): the older one's.
+	if !l.claimLocalName(victim) || l.claimLocalName(thief) {
+		t.Errorf("a DataDir that says nothing: victim %v, thief %v; want the victim's only", l.claimLocalName(victim), l.claimLocalName(thief))
 	}
-	victimCl := &v1alpha1.Cluster{}
-	victimCl.Namespace, victimCl.Name, victimCl.UID = "team-a", "prod", types.UID("u-victim")
-	if ok, err := l.claimLocalName(victimCl, &runState{group: materialiser.GroupUp}); !ok || err != nil || identitystore.Owner(layout) != "u-victim" {
-		t.Fatalf("the victim, up: %v, %v, owner %q; want claimed and marked", ok, err, identitystore.Owner(layout))
+	l.ownDataDir(&Cluster{Name: "prod", Spec: p.tenantSpec("prod")}, victim.UID)
+	if identitystore.Owner(layout) != "u-victim" {
+		t.Fatalf("owner after the victim's bring-up: %q", identitystore.Owner(layout))
 	}
-	if ok, err := l.claimLocalName(thief, &runState{group: materialiser.GroupAbsent}); ok || err != nil {
-		t.Errorf("a Cluster whose annotation names another's DataDir: claimed %v, %v; want refused", ok, err)
+	if !l.claimLocalName(victim) || l.claimLocalName(thief) {
+		t.Error("a DataDir that says whose it is: claimed by another")
 	}
-	idx.Delete(victim)
-	if ok, err := l.claimLocalName(thief, &runState{group: materialiser.GroupAbsent}); !ok || err != nil {
-		t.Errorf("a leftover of a Cluster gone: claimed %v, %v; want claimed", ok, err)
+	// The victim's annotation changed by hand: it is known by the DataDir it owns.
+	if got := l.knownLocalName(victim, &runState{}); got != "prod" {
+		t.Errorf("the victim is known by %q, want prod", got)
+	}
+	if got := l.knownLocalName(thief, &runState{}); got != "" {
+		t.Errorf("the thief is known by %q, want nothing", got)
+	}
+	if got := l.knownLocalName(thief, &runState{local: "x-0a1b2c3d"}); got != "x-0a1b2c3d" {
+		t.Errorf("a Cluster this run knows: %q", got)
+	}
+	// The victim gone, its DataDir left: a leftover refuses nobody.
+	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(victim)
+	idx.Delete(&unstructured.Unstructured{Object: u})
+	if !l.claimLocalName(thief) {
+		t.Error("a leftover of a Cluster gone refused the next one")
 	}
 }
 
@@ -58,10 +80,14 @@ func TestALocalNameLeadsOnlyToItsOwnDataDir(t *testing.T) {
 func TestLocalNamesJustGivenAreHeld(t *testing.T) {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	l := &Loop{lister: cache.NewGenericLister(idx, ClustersResource.GroupResource())}
-	l.bind.local = map[types.UID]string{"u-legacy": "prod"}
+	idx.Add(boundCluster("acct", "prod", "u-legacy", "")) // bound and named: the informer does not show it yet
+	l.bind.local = map[types.UID]string{"u-legacy": "prod", "u-gone": "gone"}
 	fresh := boundCluster("default", "prod", "u-new", "")
 	if got, _ := l.chooseLocalName(fresh, false); got != localname.Hashed("default", "prod", 0) {
 		t.Errorf("default/prod while prod was just given: %q", got)
+	}
+	if _, ok := l.bind.local["u-gone"]; ok || l.bind.local["u-legacy"] != "prod" {
+		t.Errorf("names held after a choice: %v; want the gone one's dropped, the other kept", l.bind.local)
 	}
 	asking := boundCluster("acct", "prod", "u-acct", "")
 	asking.SetAnnotations(map[string]string{v1alpha1.LocalNameAnnotation: localname.Hashed("acct", "prod", 0)})

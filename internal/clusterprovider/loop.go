@@ -66,6 +66,9 @@ type Loop struct {
 	// version wrote in status.instance): a Cluster whose status names one is bound here.
 	FormerNames []string
 	bind        binding
+	// owners is which local name's DataDir each Cluster uid owns here (ownedDataDir).
+	ownersMu sync.Mutex
+	owners   map[types.UID]string
 	// MaxBringUps bounds concurrent bring-ups (default 2: each is CPU-heavy).
 	MaxBringUps int
 	// Adopt takes over, without a restart, the clusters an earlier run left running when
@@ -155,6 +158,7 @@ type Activity interface {
 // runState is what this provider knows of one cluster's processes.
 type runState struct {
 	local       string             // the Cluster's local name: the front door's and the provider's
+	uid         types.UID          // the Cluster's, whose its DataDir is (ownDataDir)
 	phase       materialiser.Phase // as the last pass decided: Address reads it
 	lastWake    time.Duration      // how long the last wake took
 	upSince     time.Time          // when the group last passed every gate
@@ -446,15 +450,17 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		return 0, l.recordLocalName(ctx, u)
 	}
 	st := l.st(key)
-	if ok, err := l.claimLocalName(&cl, st); err != nil || !ok {
-		if err == nil {
-			err = l.refuseLocalName(ctx, &cl)
-		}
-		return 0, err
+	// Recorded once, never changed: a name changed by hand is set back to the one what it
+	// has here carries; a name that is another Cluster's is refused.
+	if known := l.knownLocalName(&cl, st); known != "" && known != localName(&cl) {
+		return 0, l.restoreLocalName(ctx, u, known)
+	}
+	if !l.claimLocalName(&cl) {
+		return 0, l.refuseLocalName(ctx, &cl)
 	}
 	l.syncDoorNames()
 	l.mu.Lock()
-	st.local = localName(&cl)
+	st.local, st.uid = localName(&cl), cl.UID
 	l.mu.Unlock()
 	o, err := l.observe(ctx, &cl, st)
 	if err != nil {
@@ -812,6 +818,10 @@ func (l *Loop) bringUp(key, local string, np NodePolicy, adopt bool) {
 	}
 	if err == nil {
 		l.recordCertificates(key, c.DataDir)
+		l.mu.Lock()
+		uid := st.uid
+		l.mu.Unlock()
+		l.ownDataDir(c, uid)
 	}
 	l.mu.Lock()
 	st.adopting = false // with the group's new state, under one lock: no pass between sees neither
