@@ -166,16 +166,27 @@ func (l *Loop) recordLocalName(ctx context.Context, u *unstructured.Unstructured
 			return err
 		}
 	}
-	withLocalName(b, name)
-	_, err = l.Front.Resource(ClustersResource).Namespace(b.GetNamespace()).Update(ctx, b, metav1.UpdateOptions{})
-	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+	written, err := l.writeLocalName(ctx, b, name)
+	if err != nil {
 		l.Log.Warn("local name not recorded; trying again", "cluster", b.GetNamespace()+"/"+b.GetName(), "err", err)
 		return err
 	}
-	if err == nil {
+	if written {
 		l.Log.Info("local name recorded", "cluster", b.GetNamespace()+"/"+b.GetName(), "local", name)
 	}
 	return nil
+}
+
+// writeLocalName records name on the Cluster in b (a copy), in an update with its
+// resourceVersion; false: not written, and no news (a conflict, or the Cluster is gone:
+// the change's event brings the next pass).
+func (l *Loop) writeLocalName(ctx context.Context, b *unstructured.Unstructured, name string) (bool, error) {
+	withLocalName(b, name)
+	_, err := l.Front.Resource(ClustersResource).Namespace(b.GetNamespace()).Update(ctx, b, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // LocalNameTaken is the Ready reason of a Cluster whose recorded local name is another
@@ -283,16 +294,11 @@ func (l *Loop) ownDataDir(c *Cluster, uid types.UID) {
 // by hand, and what the Cluster has here (its processes, port and DataDir) carries the
 // name it had. A conflict is no news.
 func (l *Loop) restoreLocalName(ctx context.Context, u *unstructured.Unstructured, local string) error {
-	b := u.DeepCopy()
-	withLocalName(b, local)
-	_, err := l.Front.Resource(ClustersResource).Namespace(b.GetNamespace()).Update(ctx, b, metav1.UpdateOptions{})
-	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-		return err
+	written, err := l.writeLocalName(ctx, u.DeepCopy(), local)
+	if written {
+		l.Log.Warn("the local name was changed by hand: set back", "cluster", u.GetNamespace()+"/"+u.GetName(), "local", local, "was", localName(u))
 	}
-	if err == nil {
-		l.Log.Warn("the local name was changed by hand: set back", "cluster", b.GetNamespace()+"/"+b.GetName(), "local", local, "was", localName(u))
-	}
-	return nil
+	return err
 }
 
 // clusterOfUID is the Cluster of uid on the front, or nil.
