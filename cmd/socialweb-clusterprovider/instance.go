@@ -134,10 +134,14 @@ func parseCPUTimes(stat string) (cpuTimes, int, bool) {
 // idleMillicores is how many thousandths of a core were idle between two readings on a
 // host of cpus cores; -1 when no time passed.
 func idleMillicores(before, after cpuTimes, cpus int) int64 {
-	if after.total <= before.total || after.idle < before.idle {
+	if after.total <= before.total {
 		return -1
 	}
-	return int64((after.idle - before.idle) * uint64(cpus) * 1000 / (after.total - before.total))
+	idle := uint64(0) // iowait may run backwards on some kernels: never below none
+	if after.idle > before.idle {
+		idle = min(after.idle-before.idle, after.total-before.total)
+	}
+	return int64(idle * uint64(cpus) * 1000 / (after.total - before.total))
 }
 
 // cpuSampler reports the host's idle CPU since its last report (since boot at the first).

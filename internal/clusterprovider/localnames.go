@@ -100,17 +100,21 @@ func (l *Loop) localNamesHeld() ([]localname.Cluster, error) {
 		return nil, err
 	}
 	others := make([]localname.Cluster, 0, len(objs)+len(l.bind.local))
-	shown := make(map[types.UID]bool, len(objs)) // uid -> its local name is recorded
+	shown := make(map[types.UID]string, len(objs)) // uid -> the local name it shows bound ("" if none)
 	for _, o := range objs {
 		if ou, ok := o.(*unstructured.Unstructured); ok {
 			c := candidateOf(ou)
 			others = append(others, c)
-			shown[ou.GetUID()] = c.Local != ""
+			if boundTo(ou) != "" {
+				shown[ou.GetUID()] = c.Local
+			} else {
+				shown[ou.GetUID()] = ""
+			}
 		}
 	}
 	for uid, name := range l.bind.local {
-		if recorded, there := shown[uid]; recorded || !there {
-			delete(l.bind.local, uid) // the informer shows it, or it is gone
+		if local, there := shown[uid]; local == name || !there {
+			delete(l.bind.local, uid) // the informer shows it bound with it, or it is gone
 			continue
 		}
 		others = append(others, localname.Cluster{UID: string(uid), Local: name, Legacy: true})
@@ -142,8 +146,9 @@ func withLocalName(u *unstructured.Unstructured, name string) {
 // recordLocalName records the local name of a Cluster bound here without one, in an
 // update with its resourceVersion: one bound by a provider from before local names, whose
 // DataDir, port and processes carry its bare name, or one whose annotation was removed by
-// hand. The name whose DataDir is here and is not another's is kept (the bare one, or
-// one of its hashed ones); with none here, a name is chosen as for a new Cluster. A
+// hand. The name whose DataDir (or staged restore) is here and is not another's is kept
+// (the bare one, or one of its hashed ones); with none here, a name is chosen as for a
+// new Cluster. A
 // conflict is no news: the change's event brings the next pass.
 func (l *Loop) recordLocalName(ctx context.Context, u *unstructured.Unstructured) error {
 	l.bind.mu.Lock()
@@ -156,7 +161,8 @@ func (l *Loop) recordLocalName(ctx context.Context, u *unstructured.Unstructured
 			try = localname.Hashed(u.GetNamespace(), u.GetName(), salt)
 		}
 		owner := identitystore.Owner(l.P.tenantSpec(try).Layout())
-		if exists(l.P.DataDir(try)) && (owner == "" || owner == string(u.GetUID())) && !l.localNameHeld(u, try) {
+		here := exists(l.P.DataDir(try)) && (owner == "" || owner == string(u.GetUID())) || exists(l.P.restoreDir(try))
+		if here && !l.localNameHeld(u, try) {
 			name = try
 		}
 	}
@@ -202,22 +208,28 @@ const LocalNameTaken = "LocalNameTaken"
 // port by naming them. One that records nothing (made before owners were recorded) or a
 // Cluster gone (a leftover, handled as before) goes to the oldest of the Clusters that
 // show its name, so that a copy never takes what the original has before the original's
-// first pass after a restart.
-func (l *Loop) claimLocalName(cl *v1alpha1.Cluster) bool {
+// first pass after a restart. (A DataDir records nothing, too, after a bring-up that
+// failed before its end.) known is the name this instance knows the Cluster by
+// (knownLocalName): a name it has used is the Cluster's.
+func (l *Loop) claimLocalName(cl *v1alpha1.Cluster, known string) bool {
 	local := localName(cl)
 	switch owner := identitystore.Owner(l.P.tenantSpec(local).Layout()); {
 	case owner == string(cl.UID):
 		return true
 	case owner != "" && l.clusterOfUID(owner) != nil:
 		return false
+	case known == local:
+		return true
 	}
 	showing, _ := l.clusterIndex.ByIndex(byLocal, local)
 	for _, o := range showing {
-		m, err := meta.Accessor(o)
-		if err != nil || m.GetUID() == cl.UID || m.GetAnnotations()[v1alpha1.LocalNameAnnotation] != local {
+		ou, ok := o.(*unstructured.Unstructured)
+		if !ok || ou.GetUID() == cl.UID {
 			continue
 		}
-		if older(m, cl) {
+		// Only a Cluster that holds the name (bound, or ran) counts: one that asks for it
+		// is given it only if it is its to have (chooseLocalName).
+		if c := candidateOf(ou); c.Local == local && c.Legacy && older(ou, cl) {
 			return false
 		}
 	}
@@ -238,9 +250,9 @@ func older(a, b metav1.Object) bool {
 // that differs was changed by hand (restoreLocalName sets it back).
 func (l *Loop) knownLocalName(cl *v1alpha1.Cluster, st *runState) string {
 	l.mu.Lock()
-	known := st.local
+	known, uid := st.local, st.uid
 	l.mu.Unlock()
-	if known != "" {
+	if known != "" && uid == cl.UID { // the state of a Cluster of the key deleted and made again is not this one's
 		return known
 	}
 	return l.ownedDataDir(cl.UID)
@@ -254,10 +266,17 @@ func (l *Loop) ownedDataDir(uid types.UID) string {
 	defer l.ownersMu.Unlock()
 	if l.owners == nil {
 		l.owners = map[types.UID]string{}
+		twice := map[types.UID]bool{}
 		entries, _ := os.ReadDir(filepath.Join(l.P.cfg.DataRoot, "clusters"))
 		for _, e := range entries {
-			if owner := identitystore.Owner(l.P.tenantSpec(e.Name()).Layout()); e.IsDir() && owner != "" {
-				l.owners[types.UID(owner)] = e.Name()
+			if owner := types.UID(identitystore.Owner(l.P.tenantSpec(e.Name()).Layout())); e.IsDir() && owner != "" {
+				twice[owner] = l.owners[owner] != ""
+				l.owners[owner] = e.Name()
+			}
+		}
+		for uid, t := range twice {
+			if t {
+				delete(l.owners, uid) // which is its own is not known: neither drives a set-back
 			}
 		}
 	}

@@ -37,6 +37,7 @@ func TestALocalNameLeadsOnlyToItsOwnDataDir(t *testing.T) {
 		cl := &v1alpha1.Cluster{}
 		cl.Namespace, cl.Name, cl.UID = ns, name, types.UID(uid)
 		cl.Annotations = map[string]string{v1alpha1.LocalNameAnnotation: "prod"}
+		cl.Labels = map[string]string{v1alpha1.InstanceLabel: "here"} // bound: it holds its name
 		cl.CreationTimestamp = metav1.NewTime(time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC).Add(-age))
 		u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(cl)
 		idx.Add(&unstructured.Unstructured{Object: u})
@@ -45,15 +46,19 @@ func TestALocalNameLeadsOnlyToItsOwnDataDir(t *testing.T) {
 	victim := cluster("team-a", "prod", "u-victim", time.Hour)
 	thief := cluster("team-b", "x", "u-thief", time.Minute)
 
-	// Nothing recorded yet (a DataDir from before owners were): the older one's.
-	if !l.claimLocalName(victim) || l.claimLocalName(thief) {
-		t.Errorf("a DataDir that says nothing: victim %v, thief %v; want the victim's only", l.claimLocalName(victim), l.claimLocalName(thief))
+	// Nothing recorded yet (a DataDir from before owners were): the older one's, unless
+	// this run knows the younger by it.
+	if !l.claimLocalName(victim, "") || l.claimLocalName(thief, "") {
+		t.Errorf("a DataDir that says nothing: victim %v, thief %v; want the victim's only", l.claimLocalName(victim, ""), l.claimLocalName(thief, ""))
+	}
+	if !l.claimLocalName(thief, "prod") {
+		t.Error("a Cluster this run knows by its name was refused")
 	}
 	l.ownDataDir(&Cluster{Name: "prod", Spec: p.tenantSpec("prod")}, victim.UID)
 	if identitystore.Owner(layout) != "u-victim" {
 		t.Fatalf("owner after the victim's bring-up: %q", identitystore.Owner(layout))
 	}
-	if !l.claimLocalName(victim) || l.claimLocalName(thief) {
+	if !l.claimLocalName(victim, "") || l.claimLocalName(thief, "") || l.claimLocalName(thief, "prod") {
 		t.Error("a DataDir that says whose it is: claimed by another")
 	}
 	// The victim's annotation changed by hand: it is known by the DataDir it owns.
@@ -63,13 +68,16 @@ func TestALocalNameLeadsOnlyToItsOwnDataDir(t *testing.T) {
 	if got := l.knownLocalName(thief, &runState{}); got != "" {
 		t.Errorf("the thief is known by %q, want nothing", got)
 	}
-	if got := l.knownLocalName(thief, &runState{local: "x-0a1b2c3d"}); got != "x-0a1b2c3d" {
+	if got := l.knownLocalName(thief, &runState{local: "x-0a1b2c3d", uid: thief.UID}); got != "x-0a1b2c3d" {
 		t.Errorf("a Cluster this run knows: %q", got)
+	}
+	if got := l.knownLocalName(thief, &runState{local: "x-0a1b2c3d", uid: "u-deleted"}); got != "" {
+		t.Errorf("the state of a Cluster of the key deleted and made again: known by %q", got)
 	}
 	// The victim gone, its DataDir left: a leftover refuses nobody.
 	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(victim)
 	idx.Delete(&unstructured.Unstructured{Object: u})
-	if !l.claimLocalName(thief) {
+	if !l.claimLocalName(thief, "") {
 		t.Error("a leftover of a Cluster gone refused the next one")
 	}
 }

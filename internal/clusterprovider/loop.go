@@ -452,10 +452,11 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 	st := l.st(key)
 	// Recorded once, never changed: a name changed by hand is set back to the one what it
 	// has here carries; a name that is another Cluster's is refused.
-	if known := l.knownLocalName(&cl, st); known != "" && known != localName(&cl) {
+	known := l.knownLocalName(&cl, st)
+	if known != "" && known != localName(&cl) {
 		return 0, l.restoreLocalName(ctx, u, known)
 	}
-	if !l.claimLocalName(&cl) {
+	if !l.claimLocalName(&cl, known) {
 		return 0, l.refuseLocalName(ctx, &cl)
 	}
 	l.syncDoorNames()
