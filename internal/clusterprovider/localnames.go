@@ -148,8 +148,7 @@ func withLocalName(u *unstructured.Unstructured, name string) {
 // DataDir, port and processes carry its bare name, or one whose annotation was removed by
 // hand. The name whose DataDir (or staged restore) is here and is not another's is kept
 // (the bare one, or one of its hashed ones); with none here, a name is chosen as for a
-// new Cluster. A
-// conflict is no news: the change's event brings the next pass.
+// new Cluster. A conflict is no news: the change's event brings the next pass.
 func (l *Loop) recordLocalName(ctx context.Context, u *unstructured.Unstructured) error {
 	l.bind.mu.Lock()
 	defer l.bind.mu.Unlock()

@@ -450,8 +450,8 @@ func (l *Loop) reconcile(ctx context.Context, key string) (time.Duration, error)
 		return 0, l.recordLocalName(ctx, u)
 	}
 	st := l.st(key)
-	// Recorded once, never changed: a name changed by hand is set back to the one what it
-	// has here carries; a name that is another Cluster's is refused.
+	// Recorded once, never changed: a name changed by hand is set back to the one its
+	// processes and DataDir here carry; a name that is another Cluster's is refused.
 	known := l.knownLocalName(&cl, st)
 	if known != "" && known != localName(&cl) {
 		return 0, l.restoreLocalName(ctx, u, known)
