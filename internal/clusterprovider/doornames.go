@@ -14,6 +14,7 @@ import (
 	"socialweb.computer/kcp/api/v1alpha1"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/identitystore"
+	"socialweb.computer/kcp/internal/localname"
 )
 
 // Router is the front door's routing table (frontdoor.Server), which the loop keeps in
@@ -57,7 +58,7 @@ func Claims(objs []runtime.Object, ownerOf func(local string) string) ([]frontdo
 		}
 		// The one its DataDir names; else the oldest (the uid breaks a tie): the same
 		// whatever order the lister gives.
-		if owner := ownerOf(local); owner == string(u.GetUID()) || owner != string(held.GetUID()) && older(u, held) {
+		if owner := ownerOf(local); owner == string(u.GetUID()) || owner != string(held.GetUID()) && localname.Older(candidateOf(u), candidateOf(held)) {
 			byLocal[local] = u
 		}
 	}

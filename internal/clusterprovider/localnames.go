@@ -3,7 +3,6 @@ package clusterprovider
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/identitystore"
 	"socialweb.computer/kcp/internal/localname"
 	"socialweb.computer/kcp/internal/materialiser"
@@ -44,8 +44,9 @@ func localName(m metav1.Object) string {
 // or its status says it ran somewhere).
 func localNameCandidate(m metav1.Object, instance, url string) localname.Cluster {
 	return localname.Cluster{Namespace: m.GetNamespace(), Name: m.GetName(), UID: string(m.GetUID()),
-		Local:  m.GetAnnotations()[v1alpha1.LocalNameAnnotation],
-		Legacy: boundTo(m) != "" || instance != "" || url != ""}
+		Local:   m.GetAnnotations()[v1alpha1.LocalNameAnnotation],
+		Legacy:  boundTo(m) != "" || instance != "" || url != "",
+		Created: m.GetCreationTimestamp().Time}
 }
 
 func candidateOf(u *unstructured.Unstructured) localname.Cluster {
@@ -199,49 +200,24 @@ func (l *Loop) writeLocalName(ctx context.Context, b *unstructured.Unstructured,
 // nothing is done for it.
 const LocalNameTaken = "LocalNameTaken"
 
-// claimLocalName says whether the Cluster may use its recorded local name on this host. A
-// DataDir records the uid of the Cluster whose it is (identitystore's owner file, written
-// by each bring-up, ownDataDir): one that records another Cluster that still exists is
-// that Cluster's, and the annotation that led here was set by hand (or copied with the
-// object): the Cluster is refused, so that no Cluster takes another's data, processes or
-// port by naming them. One that records nothing (made before owners were recorded) or a
-// Cluster gone (a leftover, handled as before) goes to the oldest of the Clusters that
-// show its name, so that a copy never takes what the original has before the original's
-// first pass after a restart. (A DataDir records nothing, too, after a bring-up that
-// failed before its end.) known is the name this instance knows the Cluster by
-// (knownLocalName): a name it has used is the Cluster's.
+// claimLocalName says whether the Cluster may use its recorded local name on this host
+// (localname.MayUse): what the name's DataDir records (each bring-up records its Cluster's
+// uid there, ownDataDir), whether that Cluster is still on the front, the name this
+// instance knows the Cluster by (knownLocalName), and the other Clusters that show it.
 func (l *Loop) claimLocalName(cl *v1alpha1.Cluster, known string) bool {
 	local := localName(cl)
-	switch owner := identitystore.Owner(l.P.tenantSpec(local).Layout()); {
-	case owner == string(cl.UID):
-		return true
-	case owner != "" && l.clusterOfUID(owner) != nil:
-		return false
-	case known == local:
-		return true
-	}
+	owner := identitystore.Owner(l.P.tenantSpec(local).Layout())
+	ownerLive := owner != "" && owner != string(cl.UID) && l.clusterOfUID(owner) != nil
 	showing, _ := l.clusterIndex.ByIndex(byLocal, local)
+	others := make([]localname.Cluster, 0, len(showing))
 	for _, o := range showing {
-		ou, ok := o.(*unstructured.Unstructured)
-		if !ok || ou.GetUID() == cl.UID {
-			continue
-		}
-		// Only a Cluster that holds the name (bound, or ran) counts: one that asks for it
-		// is given it only if it is its to have (chooseLocalName).
-		if c := candidateOf(ou); c.Local == local && c.Legacy && older(ou, cl) {
-			return false
+		if ou, ok := o.(*unstructured.Unstructured); ok {
+			others = append(others, candidateOf(ou))
 		}
 	}
-	return true
-}
-
-// older says whether a was made before b (the uid breaks a tie).
-func older(a, b metav1.Object) bool {
-	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
-	if !ta.Equal(&tb) {
-		return ta.Before(&tb)
-	}
-	return a.GetUID() < b.GetUID()
+	c := localNameCandidate(cl, cl.Status.Instance, cl.Status.URL)
+	c.Local = local
+	return localname.MayUse(c, owner, ownerLive, known, others)
 }
 
 // knownLocalName is the local name this instance knows the Cluster by, if any: the one this
@@ -257,35 +233,19 @@ func (l *Loop) knownLocalName(cl *v1alpha1.Cluster, st *runState) string {
 	return l.ownedDataDir(cl.UID)
 }
 
-// ownedDataDir is the local name whose DataDir here records uid as its owner; "" when
-// none does. The DataDirs are read once per run and then kept in step (ownDataDir); each
-// answer is checked against the DataDir itself.
-func (l *Loop) ownedDataDir(uid types.UID) string {
-	l.ownersMu.Lock()
-	defer l.ownersMu.Unlock()
-	if l.owners == nil {
-		l.owners = map[types.UID]string{}
-		twice := map[types.UID]bool{}
-		entries, _ := os.ReadDir(filepath.Join(l.P.cfg.DataRoot, "clusters"))
-		for _, e := range entries {
-			if owner := types.UID(identitystore.Owner(l.P.tenantSpec(e.Name()).Layout())); e.IsDir() && owner != "" {
-				twice[owner] = l.owners[owner] != ""
-				l.owners[owner] = e.Name()
-			}
-		}
-		for uid, t := range twice {
-			if t {
-				delete(l.owners, uid) // which is its own is not known: neither drives a set-back
-			}
-		}
-	}
-	local := l.owners[uid]
-	if local != "" && identitystore.Owner(l.P.tenantSpec(local).Layout()) != string(uid) {
-		delete(l.owners, uid) // removed, or another's since
-		return ""
-	}
-	return local
+// dataDirOwners is which DataDir here records which Cluster uid (identitystore.Owners),
+// made at its first use.
+func (l *Loop) dataDirOwners() *identitystore.Owners {
+	l.ownersOnce.Do(func() {
+		l.owners = identitystore.NewOwners(filepath.Join(l.P.cfg.DataRoot, "clusters"),
+			func(name string) clusterstack.Layout { return l.P.tenantSpec(name).Layout() })
+	})
+	return l.owners
 }
+
+// ownedDataDir is the local name whose DataDir here records uid as its owner; "" when
+// none does.
+func (l *Loop) ownedDataDir(uid types.UID) string { return l.dataDirOwners().Of(string(uid)) }
 
 // ownDataDir records, after a bring-up or an adoption, that the cluster's DataDir is the
 // Cluster of uid's.
@@ -293,18 +253,9 @@ func (l *Loop) ownDataDir(c *Cluster, uid types.UID) {
 	if uid == "" {
 		return
 	}
-	layout := c.Spec.Layout()
-	if identitystore.Owner(layout) != string(uid) {
-		if err := identitystore.SetOwner(layout, string(uid)); err != nil {
-			l.Log.Warn("the DataDir's owner not recorded; recorded at the next start", "cluster", c.Name, "err", err)
-			return
-		}
+	if err := l.dataDirOwners().Record(c.Name, string(uid)); err != nil {
+		l.Log.Warn("the DataDir's owner not recorded; recorded at the next start", "cluster", c.Name, "err", err)
 	}
-	l.ownersMu.Lock()
-	if l.owners != nil {
-		l.owners[uid] = c.Name
-	}
-	l.ownersMu.Unlock()
 }
 
 // restoreLocalName sets the local name of the Cluster in u back to local, the one this

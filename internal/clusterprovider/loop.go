@@ -35,6 +35,7 @@ import (
 	"socialweb.computer/kcp/internal/clusterstack"
 	"socialweb.computer/kcp/internal/frontdoor"
 	"socialweb.computer/kcp/internal/frontevents"
+	"socialweb.computer/kcp/internal/identitystore"
 	"socialweb.computer/kcp/internal/instancesnapshot"
 	"socialweb.computer/kcp/internal/materialiser"
 	"socialweb.computer/kcp/internal/parallel"
@@ -66,9 +67,9 @@ type Loop struct {
 	// version wrote in status.instance): a Cluster whose status names one is bound here.
 	FormerNames []string
 	bind        binding
-	// owners is which local name's DataDir each Cluster uid owns here (ownedDataDir).
-	ownersMu sync.Mutex
-	owners   map[types.UID]string
+	// owners is which local name's DataDir each Cluster uid owns here (dataDirOwners).
+	ownersOnce sync.Once
+	owners     *identitystore.Owners
 	// MaxBringUps bounds concurrent bring-ups (default 2: each is CPU-heavy).
 	MaxBringUps int
 	// Adopt takes over, without a restart, the clusters an earlier run left running when

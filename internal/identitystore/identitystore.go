@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,4 +105,65 @@ func Owner(l clusterstack.Layout) string {
 // SetOwner records that the DataDir l is a copy of the Cluster of uid.
 func SetOwner(l clusterstack.Layout, uid string) error {
 	return atomicfile.WriteFile(l.ClusterUID(), []byte(uid), 0o600)
+}
+
+// Owners finds, among the DataDirs under one directory, the one that records a Cluster
+// uid as its owner: the local name an instance knows a Cluster by, whatever its
+// annotation says now. The DataDirs are read once, at the first question, then kept in
+// step by Record; each answer is checked against the DataDir itself.
+type Owners struct {
+	dir    string
+	layout func(name string) clusterstack.Layout
+	mu     sync.Mutex
+	byUID  map[string]string // nil until read
+}
+
+// NewOwners is the owners of the DataDirs under dir, each laid out by layout(its name).
+func NewOwners(dir string, layout func(name string) clusterstack.Layout) *Owners {
+	return &Owners{dir: dir, layout: layout}
+}
+
+// Of is the name of the DataDir that records uid; "" when none does, or when two do
+// (which is uid's own is not known).
+func (o *Owners) Of(uid string) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.byUID == nil {
+		o.byUID = map[string]string{}
+		twice := map[string]bool{}
+		entries, _ := os.ReadDir(o.dir)
+		for _, e := range entries {
+			if owner := Owner(o.layout(e.Name())); e.IsDir() && owner != "" {
+				twice[owner] = o.byUID[owner] != ""
+				o.byUID[owner] = e.Name()
+			}
+		}
+		for u, t := range twice {
+			if t {
+				delete(o.byUID, u)
+			}
+		}
+	}
+	name := o.byUID[uid]
+	if name != "" && Owner(o.layout(name)) != uid {
+		delete(o.byUID, uid) // removed, or another's since
+		return ""
+	}
+	return name
+}
+
+// Record records that the DataDir name is the Cluster of uid's (SetOwner), unless it says
+// so already.
+func (o *Owners) Record(name, uid string) error {
+	if l := o.layout(name); Owner(l) != uid {
+		if err := SetOwner(l, uid); err != nil {
+			return err
+		}
+	}
+	o.mu.Lock()
+	if o.byUID != nil {
+		o.byUID[uid] = name
+	}
+	o.mu.Unlock()
+	return nil
 }

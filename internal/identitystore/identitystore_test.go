@@ -71,3 +71,32 @@ func TestAnIdentityGoesThroughTheFrontWhole(t *testing.T) {
 		t.Errorf("a Secret without one of the files: %v", err)
 	}
 }
+
+// The DataDir that records a uid is found, kept in step by Record, checked on each answer,
+// and not named when two record the same uid.
+func TestOwners(t *testing.T) {
+	dir := t.TempDir()
+	layout := func(name string) clusterstack.Layout { return clusterstack.Layout{Root: filepath.Join(dir, name)} }
+	for _, n := range []string{"a", "b", "c", "d"} {
+		if err := os.MkdirAll(layout(n).Root, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	SetOwner(layout("a"), "u-a")
+	SetOwner(layout("c"), "u-twice")
+	SetOwner(layout("d"), "u-twice")
+	o := NewOwners(dir, layout)
+	if got := o.Of("u-a"); got != "a" {
+		t.Errorf("Of(u-a) = %q, want a", got)
+	}
+	if got := o.Of("u-twice"); got != "" {
+		t.Errorf("two DataDirs record one uid: Of = %q, want none", got)
+	}
+	if err := o.Record("b", "u-b"); err != nil || o.Of("u-b") != "b" || Owner(layout("b")) != "u-b" {
+		t.Errorf("Record(b): %v; Of = %q, owner file %q", err, o.Of("u-b"), Owner(layout("b")))
+	}
+	os.RemoveAll(layout("a").Root)
+	if got := o.Of("u-a"); got != "" {
+		t.Errorf("its DataDir removed: Of(u-a) = %q", got)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"time"
 )
 
 // MaxLength is the longest local name: the provider's limit on cluster names, within
@@ -41,6 +42,9 @@ type Cluster struct {
 	// recorded, its bare name. Of the Cluster choosing: its data (or a restore staged for
 	// it) is on the host under the name it asks for, so it may keep its bare name.
 	Legacy bool
+	// Created is when the Cluster was made: of Clusters that show one name where nothing
+	// says whose it is, the older keeps it (MayUse).
+	Created time.Time
 }
 
 // holds is the local name a Cluster holds: its recorded one, or its bare name if it ran
@@ -97,4 +101,38 @@ func Hashed(namespace, name string, salt int) string {
 		prefix = prefix[:len(prefix)-1] // no double dash where the name was cut
 	}
 	return prefix + "-" + hex.EncodeToString(sum[:])[:hashLength]
+}
+
+// MayUse says whether c may use its recorded local name (c.Local) on a host. owner is
+// the Cluster uid the name's DataDir there records ("" when it records none), ownerLive
+// whether that Cluster is still on the front, known the name the host's instance knows c
+// by ("" when none), and others every other Cluster that shows the name. A DataDir that
+// is another live Cluster's is never c's: a Cluster cannot take another's data,
+// processes or port by naming them. Where the DataDir records nothing (made before owners
+// were recorded, or a bring-up that failed before its end) or a Cluster gone (a
+// leftover), a name the instance knows c by is c's; otherwise the oldest Cluster that
+// holds the name keeps it, so that a copy never takes what the original has.
+func MayUse(c Cluster, owner string, ownerLive bool, known string, others []Cluster) bool {
+	switch {
+	case owner == c.UID:
+		return true
+	case owner != "" && ownerLive:
+		return false
+	case known == c.Local:
+		return true
+	}
+	for _, o := range others {
+		if o.UID != c.UID && o.holds() == c.Local && o.Local == c.Local && Older(o, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// Older says whether a was made before b (the uid breaks a tie).
+func Older(a, b Cluster) bool {
+	if !a.Created.Equal(b.Created) {
+		return a.Created.Before(b.Created)
+	}
+	return a.UID < b.UID
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 var clusterName = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
@@ -90,5 +91,39 @@ func BenchmarkChoose10000(b *testing.B) {
 		if Choose(c, others) == "" {
 			b.Fatal("no name")
 		}
+	}
+}
+
+// Whether a Cluster may use its recorded name on a host: never another live Cluster's
+// DataDir; where the DataDir records nothing or a Cluster gone, a name the instance knows
+// it by, else the oldest holder's.
+func TestMayUse(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	victim := Cluster{Namespace: "a", Name: "prod", UID: "v", Local: "prod", Legacy: true, Created: t0}
+	thief := Cluster{Namespace: "b", Name: "x", UID: "t", Local: "prod", Legacy: true, Created: t0.Add(time.Hour)}
+	asker := Cluster{Namespace: "c", Name: "y", UID: "k", Local: "prod", Created: t0.Add(-time.Hour)} // asks, holds nothing
+	both := []Cluster{victim, thief, asker}
+	for _, tc := range []struct {
+		what      string
+		c         Cluster
+		owner     string
+		ownerLive bool
+		known     string
+		want      bool
+	}{
+		{"its own DataDir", thief, "t", true, "", true},
+		{"another live Cluster's DataDir", thief, "v", true, "prod", false},
+		{"nothing recorded: the older holder's", victim, "", false, "", true},
+		{"nothing recorded: not the younger's", thief, "", false, "", false},
+		{"nothing recorded: a name this instance knows it by", thief, "", false, "prod", true},
+		{"a leftover of a Cluster gone: as nothing recorded", thief, "gone", false, "", false},
+		{"an older Cluster that only asks for the name refuses nobody", victim, "", false, "", true},
+	} {
+		if got := MayUse(tc.c, tc.owner, tc.ownerLive, tc.known, both); got != tc.want {
+			t.Errorf("%s: MayUse = %v, want %v", tc.what, got, tc.want)
+		}
+	}
+	if !Older(victim, thief) || Older(thief, victim) || !Older(Cluster{UID: "a", Created: t0}, Cluster{UID: "b", Created: t0}) {
+		t.Error("Older: the earlier creation, then the smaller uid")
 	}
 }
