@@ -3,6 +3,7 @@
 #   PostgreSQL 15 and, for real guests, runc, the CNI plugins, iptables, conntrack and a static
 #   busybox (Debian packages); and into bin/: kube-apiserver, kube-controller-manager,
 #   kube-scheduler, kubectl, kubelet, kube-proxy (from components/go.mod, k8s.io/kubernetes v1.37.2),
+#   kube-control-plane (components/cmd/kube-control-plane, the three in one process),
 #   kine, kwok, containerd with its runc shim and ctr, and the project's own
 #   socialweb-cloud-controller-manager, socialweb-clusterprovider and socialweb-kcp.
 # Idempotent: a binary whose pin is unchanged is not rebuilt. One build runs at a time.
@@ -103,6 +104,10 @@ done
 for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
   build "$c" "$kpin" "$root/components" 0 "k8s.io/kubernetes/cmd/$c" "$kldflags"
 done
+# A tenant's control plane in one process: our main over the same pinned Kubernetes packages,
+# so its pin is theirs and its own source's.
+cppin="$kpin $(cat "$root"/components/cmd/kube-control-plane/*.go | sha256sum | cut -c1-16)"
+build kube-control-plane "$cppin" "$root/components" 0 ./cmd/kube-control-plane "$kldflags"
 
 # kine and kwok build from their own modules (go install's @version semantics: their go.mod
 # and go.sum, not ours), so their dependencies are the ones their releases were tested with.

@@ -16,7 +16,7 @@ import (
 // kubeconfig names it, its certificate carries it, and kubectl on another host (a network
 // namespace that reaches only that address) uses the cluster with that kubeconfig.
 func TestABoundAddressServesAnotherHost(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	other := livetest.OtherHost(t)
 	root := livetest.DataRoot(t)
 	r := startProvider(t, exe, "up", "w", "--data-root", root, "--bin-dir", bin, "--port-range", "31991-31999",

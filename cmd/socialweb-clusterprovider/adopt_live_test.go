@@ -31,7 +31,7 @@ import (
 // replaced, serve starts again, adopts the three as stale and restarts them one at a time:
 // never two tenants down at once, each on the new kine after.
 func TestAProviderRestartCostsTenantsNothing(t *testing.T) {
-	exe, livebin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
+	exe, livebin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
 	bin := privateBinDir(t, livebin, "kine")
 	root := livetest.DataRoot(t)
 	const ports = "31600-31699"
@@ -60,7 +60,7 @@ func TestAProviderRestartCostsTenantsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"),
+	programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "kine"), filepath.Join(bin, "kube-control-plane"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"),
 		filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), "/usr/lib/postgresql/15/bin/postgres"}
 	processes := func(marker string) []string {
 		ids, _ := processrunner.FindByMarker(marker, programs)
@@ -112,11 +112,11 @@ func TestAProviderRestartCostsTenantsNothing(t *testing.T) {
 	})
 
 	t.Run("an adopted cluster whose component dies comes back, alone", func(t *testing.T) {
-		sched := filepath.Join(bin, "kube-scheduler")
+		sched := filepath.Join(bin, "kube-control-plane")
 		victim, _ := processrunner.FindByMarker(filepath.Join(root, "clusters", "a")+"/", []string{sched})
 		others := append(processes(filepath.Join(root, "clusters", "b")+"/"), processes(filepath.Join(root, "clusters", "c")+"/")...)
 		if len(victim) != 1 {
-			t.Fatalf("cluster a's schedulers: %v", victim)
+			t.Fatalf("cluster a's control planes: %v", victim)
 		}
 		syscall.Kill(victim[0].Pid, syscall.SIGKILL)
 		eventually(t, time.Minute, "Cluster a noticed", func() (bool, string) { p := phase("a"); return p == "Unavailable", p })

@@ -21,7 +21,7 @@ import (
 // cluster like any other.
 func TestAClusterCreatedAsleep(t *testing.T) {
 	const door = "127.0.0.1:31980"
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
 	_, kubectl, metricsURL := startServeWith(t, exe, bin, root, "31900-31979", "--front-door", door, "--base-domain", "kcp.test", "--cert-validity", "720h")
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")

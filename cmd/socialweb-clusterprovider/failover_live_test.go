@@ -38,7 +38,7 @@ const failoverBound = 150 * time.Second
 // refused by the server (the fence). The lost instance, started again, runs nothing of
 // the cluster and keeps nothing of it. Deleting the cluster drops its database.
 func TestAnExternalClusterSurvivesTheLossOfItsHost(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	dsFile, srv := livetest.ExternalPostgres(t, clusterstack.DefaultPostgresBin)
 	rootF := livetest.DataRoot(t)
 	roots := map[string]string{"host-a": livetest.DataRoot(t), "host-b": livetest.DataRoot(t)}
@@ -169,7 +169,7 @@ func errString(err error) string {
 // First a wrong administrator password, then a server that is not there; then an
 // instance of capacity zero, for a local cluster.
 func TestAnUnusableExternalDatastoreIsACondition(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	good, srv := livetest.ExternalPostgres(t, clusterstack.DefaultPostgresBin)
 	raw, err := os.ReadFile(good)
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 // certificate is refused by the other, names that are no cluster's are refused, and a
 // watch through the front door sees every change for two minutes.
 func TestTwoClustersBehindOneFrontDoor(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	other := livetest.OtherHost(t, "a.kcp.test", "b.kcp.test")
 	root := livetest.DataRoot(t)
 	r, kubectl, metricsURL := startServeWith(t, exe, bin, root, "31700-31749",

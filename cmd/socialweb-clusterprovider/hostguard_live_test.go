@@ -16,7 +16,7 @@ import (
 // waits, Unavailable with condition HostFull, no process of it running and no port
 // leased; once the running one is deleted, the waiting one starts.
 func TestAFullHostHoldsTheNextCluster(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
 	_, kubectl, _ := startServeWith(t, exe, bin, root, "31900-31979", "--max-running-clusters", "1")
 	manifest := filepath.Join(t.TempDir(), "clusters.yaml")

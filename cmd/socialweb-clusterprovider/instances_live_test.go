@@ -23,7 +23,7 @@ import (
 // refused, and changes nothing. A Cluster whose binding is gone (as one from before
 // instances) is bound again where its data is, and runs on untouched.
 func TestTwoInstancesShareOneFront(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	rootA, rootB := livetest.DataRoot(t), livetest.DataRoot(t)
 	_, kubectl, _ := startServeWith(t, exe, bin, rootA, "31900-31949", "--instance", "host-a", "--capacity", "clusters=4")
 	front := filepath.Join(rootA, "operator.kubeconfig")
@@ -47,7 +47,7 @@ func TestTwoInstancesShareOneFront(t *testing.T) {
 		f := strings.Fields(out + " - - - -")
 		return f[0], f[1], f[2], f[3]
 	}
-	apiserver := filepath.Join(bin, "kube-apiserver")
+	apiserver := filepath.Join(bin, "kube-control-plane")
 	apiservers := func(root, name string) int {
 		ids, _ := processrunner.FindByMarker(filepath.Join(root, "clusters", name)+"/", []string{apiserver})
 		return len(ids)

@@ -13,18 +13,18 @@ import (
 // The main job as an operator runs it: kill -9 the provider while its cluster runs, start it
 // again, and the old processes are reaped (never adopted); then Ctrl-C leaves nothing.
 func TestKill9OfTheProviderThenRestart(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kwok", "socialweb-cloud-controller-manager")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kwok", "socialweb-cloud-controller-manager")
 	root := livetest.DataRoot(t)
 	// With a simulated node, so the node group (kwok) must be reaped and restarted too.
 	args := []string{"up", "crashy", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "31300-31399"}
-	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"), "/usr/lib/postgresql/15/bin/postgres"}
+	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-control-plane"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"), filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"), "/usr/lib/postgresql/15/bin/postgres"}
 	dataDir := filepath.Join(root, "clusters", "crashy") + "/"
 
 	first := startProvider(t, exe, args...)
 	first.WaitLine(t, "press Ctrl-C")
 	old, err := processrunner.FindByMarker(dataDir, programs)
-	if err != nil || len(old) != 7 {
-		t.Fatalf("components of the first run: %v, %v; want 7 (six and kwok)", old, err)
+	if err != nil || len(old) != 5 {
+		t.Fatalf("components of the first run: %v, %v; want 5 (four and kwok)", old, err)
 	}
 	first.Cmd.Process.Signal(syscall.SIGKILL)
 	first.Cmd.Wait()
@@ -42,8 +42,8 @@ func TestKill9OfTheProviderThenRestart(t *testing.T) {
 		}
 	}
 	now, _ := processrunner.FindByMarker(dataDir, programs)
-	if len(now) != 7 {
-		t.Fatalf("after the restart %d components run, want 7 (no duplicates)", len(now))
+	if len(now) != 5 {
+		t.Fatalf("after the restart %d components run, want 5 (no duplicates)", len(now))
 	}
 
 	second.Cmd.Process.Signal(os.Interrupt)

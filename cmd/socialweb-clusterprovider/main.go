@@ -29,7 +29,8 @@ import (
 )
 
 const long = `Hosts tenant Kubernetes control planes: each a process group of PostgreSQL, kine,
-kube-apiserver, kube-controller-manager, kube-scheduler and socialweb-cloud-controller-manager.
+kube-control-plane (kube-apiserver, kube-controller-manager and kube-scheduler in one
+process) and socialweb-cloud-controller-manager.
 
 "serve" makes the Clusters declared on a front real (what make run and the systemd unit run).
 "up NAME" brings one cluster up in the foreground and stays up until interrupted; then reaps

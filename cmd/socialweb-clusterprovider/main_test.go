@@ -25,7 +25,7 @@ func fakeInstall(t *testing.T, missing ...string) (bin, pg string) {
 	t.Helper()
 	bin, pg = t.TempDir(), t.TempDir()
 	files := map[string]string{"initdb": pg, "postgres": pg}
-	for _, b := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", clusterstack.CloudControllerManagerBinary, "kwok"} {
+	for _, b := range []string{"kine", "kube-control-plane", "kube-apiserver", "kube-controller-manager", "kube-scheduler", clusterstack.CloudControllerManagerBinary, "kwok"} {
 		files[b] = bin
 	}
 	for name, dir := range files {
@@ -90,7 +90,8 @@ func TestBadInvocationsNameWhatIsWrong(t *testing.T) {
 }
 
 // A missing binary is named, with what to run, before anything starts; the k3s flavour
-// (--k3s-binary) does not need kube-apiserver, kube-controller-manager or kube-scheduler.
+// (--k3s-binary) does not need kube-control-plane, kube-apiserver, kube-controller-manager or
+// kube-scheduler.
 func TestAMissingBinaryIsNamed(t *testing.T) {
 	k3s := filepath.Join(t.TempDir(), "k3s")
 	os.WriteFile(k3s, []byte("#!/bin/sh\nexit 99\n"), 0o755)
@@ -100,8 +101,8 @@ func TestAMissingBinaryIsNamed(t *testing.T) {
 		want    string // the missing binary named, in BIN or PG
 	}{
 		{[]string{"postgres"}, false, "PG/postgres"},
-		{[]string{"kube-scheduler"}, false, "BIN/kube-scheduler"},
-		{[]string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}, true, "BIN/kwok"},
+		{[]string{"kube-control-plane"}, false, "BIN/kube-control-plane"},
+		{[]string{"kube-control-plane", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}, true, "BIN/kwok"},
 	} {
 		bin, pg := fakeInstall(t, tc.missing...)
 		data := t.TempDir()

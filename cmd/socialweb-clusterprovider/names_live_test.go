@@ -33,7 +33,7 @@ const beforeLocalNames = "2139de7714470cd6aa92574c519e9f551323c071"
 // namespace, bound and named as it is, is refused (LocalNameTaken) and, deleted, takes
 // nothing of default's; deleting one prod leaves the others running.
 func TestNamesPerNamespace(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	old := buildAt(t, beforeLocalNames, "./cmd/socialweb-clusterprovider")
 	other := livetest.OtherHost(t, "web.kcp.test", "web.acct-b.kcp.test", "prod.kcp.test", "prod.default.kcp.test",
 		"prod.acct-a.kcp.test", "prod.acct-b.kcp.test")
@@ -71,7 +71,9 @@ func TestNamesPerNamespace(t *testing.T) {
 	}
 	apiserver := func(local string) int {
 		t.Helper()
-		ids, _ := processrunner.FindByMarker(clusterprovider.DataDirOf(root, local)+"/", []string{filepath.Join(bin, "kube-apiserver")})
+		// kube-apiserver where the provider before the upgrade started it (adopted as it
+		// runs), kube-control-plane where this one did.
+		ids, _ := processrunner.FindByMarker(clusterprovider.DataDirOf(root, local)+"/", []string{filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-control-plane")})
 		if len(ids) != 1 {
 			t.Fatalf("apiservers of %s: %v, want one", local, ids)
 		}

@@ -15,7 +15,7 @@ import (
 // The operator's node commands against a running provider: up with a node, add one, list,
 // remove one, and Ctrl-C leaves nothing, kwok included.
 func TestTheOperatorAddsAndRemovesNodes(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kwok", "socialweb-cloud-controller-manager")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kwok", "socialweb-cloud-controller-manager")
 	root := livetest.DataRoot(t)
 	r := startProvider(t, exe, "up", "ops", "--nodes", "1", "--data-root", root, "--bin-dir", bin, "--port-range", "31400-31499")
 	waitLine := func(what string) { t.Helper(); r.WaitLine(t, what) }
@@ -55,7 +55,7 @@ func TestTheOperatorAddsAndRemovesNodes(t *testing.T) {
 		t.Fatalf("exit after Ctrl-C: %v", err)
 	}
 	dataDir := filepath.Join(root, "clusters", "ops") + "/"
-	programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "socialweb-cloud-controller-manager")}
+	programs := []string{filepath.Join(bin, "kwok"), filepath.Join(bin, "kine"), filepath.Join(bin, "kube-control-plane"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "socialweb-cloud-controller-manager")}
 	if left, _ := processrunner.FindByMarker(dataDir, programs); len(left) != 0 {
 		t.Fatalf("left running after Ctrl-C: %v", left)
 	}

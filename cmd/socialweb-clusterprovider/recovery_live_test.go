@@ -30,7 +30,7 @@ import (
 // same but the real guest's init (reaped, and the guest booted again), no process twice
 // (kwok and the guest included), no port twice.
 func TestTheServiceRecovers(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok", "socialweb-guest", "containerd", "kubelet", "kube-proxy")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok", "socialweb-guest", "containerd", "kubelet", "kube-proxy")
 	root := livetest.DataRoot(t)
 	r, kubectl, _ := startServe(t, exe, bin, root, "31600-31699")
 	phase := func(name string) string { return kubectl("get", "clusters", name, "-o", "jsonpath={.status.phase}") }
@@ -92,7 +92,7 @@ spec: {cluster: two, nodeID: n2, guest: real}
 			t.Fatal(err)
 		}
 	}
-	apiserver := filepath.Join(bin, "kube-apiserver")
+	apiserver := filepath.Join(bin, "kube-control-plane")
 	pidsOf := func(cluster string) []processrunner.Identity {
 		ids, _ := processrunner.FindByMarker(filepath.Join(root, "clusters", cluster)+"/", []string{apiserver})
 		return ids
@@ -101,7 +101,7 @@ spec: {cluster: two, nodeID: n2, guest: real}
 	t.Run("a component that dies is noticed and its cluster comes back", func(t *testing.T) {
 		victim, bystander := pidsOf("one"), pidsOf("two")
 		if len(victim) != 1 || len(bystander) != 1 {
-			t.Fatalf("apiservers: one %v, two %v", victim, bystander)
+			t.Fatalf("control planes: one %v, two %v", victim, bystander)
 		}
 		t0 := time.Now()
 		syscall.Kill(victim[0].Pid, syscall.SIGKILL)

@@ -35,7 +35,7 @@ import (
 // behind it, our CCM initializes a new node and a new Deployment's pods are scheduled; and
 // no certificate in the cluster's or the front's DataDir is ever past its expiry.
 func TestCertificatesRenewWhileTheClusterServes(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
 	root := livetest.DataRoot(t)
 	_, _, metricsURL := startServeWith(t, exe, bin, root, "31750-31799", "--cert-validity", "40s", "--cert-renew-share", "0.5")
 	dataDir := clusterprovider.DataDirOf(root, "renew")
@@ -144,14 +144,14 @@ func TestCertificatesRenewWhileTheClusterServes(t *testing.T) {
 // with every leaf minted after the request, the request is gone, and one process of each
 // component runs.
 func TestAKill9MidRenewalIsFinishedByTheNextRun(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok")
 	root := livetest.DataRoot(t)
 	r, kubectl, _ := startServe(t, exe, bin, root, "31750-31799")
 	apply(t, kubectl, "apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: midway, namespace: default}\nspec: {account: acme}\n")
 	phase := func() string { return kubectl("get", "clusters", "midway", "-o", "jsonpath={.status.phase}") }
 	eventually(t, 4*time.Minute, "Cluster midway Ready", func() (bool, string) { p := phase(); return p == "Ready", p })
 	dataDir := clusterprovider.DataDirOf(root, "midway")
-	apiserver := []string{filepath.Join(bin, "kube-apiserver")}
+	apiserver := []string{filepath.Join(bin, "kube-control-plane")}
 	old, _ := processrunner.FindByMarker(dataDir+"/", apiserver)
 	if len(old) != 1 {
 		t.Fatalf("cluster midway's apiservers: %v", old)

@@ -21,7 +21,7 @@ import (
 // apply a Cluster, see it Ready, reach it with the delivered kubeconfig, delete it, and
 // Ctrl-C leaves nothing, the front included.
 func TestServeWithItsOwnFront(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
 	r, kubectl, metricsURL := startServe(t, exe, bin, root, "31500-31599")
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
@@ -85,7 +85,7 @@ func TestServeWithItsOwnFront(t *testing.T) {
 	if err := r.Cmd.Wait(); err != nil {
 		t.Fatalf("exit after Ctrl-C: %v", err)
 	}
-	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "socialweb-cloud-controller-manager")}
+	programs := []string{filepath.Join(bin, "kine"), filepath.Join(bin, "kube-control-plane"), filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "socialweb-cloud-controller-manager")}
 	if left, _ := processrunner.FindByMarker(root+"/", programs); len(left) != 0 {
 		t.Fatalf("left running after Ctrl-C: %v", left)
 	}

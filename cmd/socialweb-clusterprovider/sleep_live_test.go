@@ -36,7 +36,7 @@ const sleepDoor = "127.0.0.1:31990"
 // while it wakes, leaves it asleep after the restart with nothing running twice, and a
 // request then wakes it as before.
 func TestAnIdleClusterSleepsAndARequestWakesIt(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
 	serve := func() (*running, func(args ...string) string, string) {
 		return startServeWith(t, exe, bin, root, "31900-31989", "--front-door", sleepDoor, "--base-domain", "kcp.test")

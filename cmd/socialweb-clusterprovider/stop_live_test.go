@@ -19,7 +19,7 @@ import (
 // serve says "nothing is running" only once it is so (invariant 26): no process of the
 // cluster, none of the front, no lease.
 func TestCtrlCDuringABringUpLeavesNothing(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
 	os.WriteFile(manifest, []byte("apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: cut, namespace: default}\nspec: {account: acme}\n"), 0o600)
@@ -51,7 +51,7 @@ func TestCtrlCDuringABringUpLeavesNothing(t *testing.T) {
 // A second provider on a held data root is refused at once, naming the holder, and touches
 // nothing: the first one's clusters keep every process, same pids.
 func TestASecondProviderOnAHeldDataRootIsRefused(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
 	r, kubectl, _ := startServe(t, exe, bin, root, "31750-31799")
 	manifest := filepath.Join(t.TempDir(), "cluster.yaml")
@@ -101,7 +101,7 @@ func TestASecondProviderOnAHeldDataRootIsRefused(t *testing.T) {
 // the crashed run left: those survivors are reaped too, and their leases released, before
 // "nothing is running" is said.
 func TestCtrlCRightAfterACrashLeavesNothing(t *testing.T) {
-	exe, bin := liveBinary(t, "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
+	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl")
 	root := livetest.DataRoot(t)
 	r, kubectl, _ := startServe(t, exe, bin, root, "31550-31599")
 	manifest := filepath.Join(t.TempDir(), "clusters.yaml")

@@ -76,8 +76,8 @@ func TestTheCLIWalkthrough(t *testing.T) {
 	// provider writes. (Steps that pass within a fraction of a second, kine's or the
 	// CCM's, may share one status write: the loop's queue folds events of one cluster.)
 	at := 0
-	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "postgres ready, kine ready, kube-apiserver starting",
-		"kube-apiserver ready, kube-controller-manager starting", "Ready ", "kubeconfig written to demo.kubeconfig"} {
+	for _, want := range []string{"cluster demo declared in namespace default", "Initializing", "postgres ready, kine ready, kube-control-plane starting",
+		"kube-control-plane ready, cloud-controller-manager starting", "Ready ", "kubeconfig written to demo.kubeconfig"} {
 		i := strings.Index(out[at:], want)
 		if i < 0 {
 			t.Errorf("up's output lacks %q after what came before it", want)

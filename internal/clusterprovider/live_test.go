@@ -134,7 +134,7 @@ func TestTheControlPlaneReachesReadyAtZeroNodes(t *testing.T) {
 	p, ev := liveProvider(t)
 	c := up(t, p, "zero")
 
-	want := []procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine, procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler, procgroup.ComponentCloudControllerManager}
+	want := []procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine, procgroup.ComponentControlPlane, procgroup.ComponentCloudControllerManager}
 	if got := ev.phase("ready"); !slices.Equal(got, want) {
 		t.Fatalf("gates passed: %v, want %v", got, want)
 	}
@@ -250,7 +250,7 @@ func assertNotInDatastore(t *testing.T, c *Cluster, plain string) {
 }
 
 // groupStopOrder is the reverse of the group's bring-up.
-var groupStopOrder = []procgroup.Component{procgroup.ComponentCloudControllerManager, procgroup.ComponentScheduler, procgroup.ComponentControllerManager, procgroup.ComponentAPIServer, procgroup.ComponentKine, procgroup.ComponentPostgres}
+var groupStopOrder = []procgroup.Component{procgroup.ComponentCloudControllerManager, procgroup.ComponentControlPlane, procgroup.ComponentKine, procgroup.ComponentPostgres}
 
 // stopAndCheck stops c and checks the teardown: the stop order is want, no member (the
 // node group's included) nor any other process of the cluster survives, the lease is free.

@@ -336,7 +336,7 @@ func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], r
 
 // stepProgress adds one step event to a bring-up's progress: a step that starts is added,
 // one that is ready replaces its "starting", so that the message reads
-// "postgres ready, kine ready, kube-apiserver starting".
+// "postgres ready, kine ready, kube-control-plane starting".
 func stepProgress(p []string, step, phase string) []string {
 	p = slices.DeleteFunc(slices.Clone(p), func(s string) bool { return s == step+" starting" })
 	return append(p, step+" "+phase)

@@ -215,8 +215,15 @@ func ValidateName(name string) error {
 func (p *Provider) RequiredBinaries() []string {
 	tenant := clusterstack.Spec{BinDir: p.cfg.BinDir, PostgresBin: p.cfg.PostgresBin, K3sBinary: p.cfg.K3sBinary}
 	front := clusterstack.Spec{BinDir: p.cfg.BinDir, Front: true}
+	all := binariesOf(tenant)
+	if p.cfg.K3sBinary == "" {
+		// A group an earlier provider started as three processes is adopted as it runs.
+		split := tenant
+		split.SplitControlPlane = true
+		all = append(all, binariesOf(split)...)
+	}
 	var out []string
-	for _, b := range append(binariesOf(tenant), binariesOf(front)...) {
+	for _, b := range append(all, binariesOf(front)...) {
 		if !slices.Contains(out, b) {
 			out = append(out, b)
 		}
@@ -598,6 +605,17 @@ func (p *Provider) up(ctx context.Context, s clusterstack.Spec, pol NodePolicy, 
 	fresh := !exists(l.Root)
 	if adopt && fresh {
 		return nil, fmt.Errorf("cluster %s: %w (no DataDir)", name, errNothingToAdopt)
+	}
+	// A bring-up runs the control plane as one process; an adoption proves the layout
+	// the earlier run started, three processes where a provider before the one process
+	// started it.
+	s.SplitControlPlane = false
+	if adopt && !s.Front {
+		recorded, err := procgroup.Recorded(l.RunDir())
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: %w: %v", name, ErrNotAdopted, err)
+		}
+		s.SplitControlPlane = slices.Contains(recorded, procgroup.ComponentControllerManager)
 	}
 	if err := p.makeDataDir(s, as); err != nil {
 		if fresh {

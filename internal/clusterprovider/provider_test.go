@@ -59,6 +59,46 @@ func TestStepsForPutsTheGuardBeforeTheControlPlane(t *testing.T) {
 	}
 }
 
+// A tenant's control plane is one step, kube-control-plane, under the three gates; a group
+// a provider before it started (SplitControlPlane) is proven against the three steps it
+// ran, with the argv and environment it was started with, so it is adopted as current.
+func TestTheControlPlaneStepsOfEitherLayout(t *testing.T) {
+	s := clusterstack.Spec{Name: "demo", DataDir: t.TempDir(), BinDir: "/opt/bin", APIServerPort: 30001}
+	names := func(s clusterstack.Spec) ([]procgroup.Component, []procgroup.Step) {
+		steps, err := StepsFor(StepInput{Spec: s, Identity: Identity{Cluster: "demo", UID: "u"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []procgroup.Component
+		for _, st := range steps {
+			out = append(out, st.Name)
+		}
+		return out, steps
+	}
+	got, steps := names(s)
+	if want := []procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine, procgroup.ComponentControlPlane, procgroup.ComponentCloudControllerManager}; !slices.Equal(got, want) {
+		t.Fatalf("steps %v, want %v", got, want)
+	}
+	cp := steps[2]
+	if !slices.Equal(cp.Spec.Argv, s.ControlPlaneArgv()) || !slices.Equal(cp.Spec.Env, []string{"GOGC=50"}) || cp.Prepare == nil || cp.Live == nil {
+		t.Fatalf("kube-control-plane step: argv %v env %v", cp.Spec.Argv, cp.Spec.Env)
+	}
+
+	s.SplitControlPlane = true
+	got, steps = names(s)
+	if want := []procgroup.Component{procgroup.ComponentPostgres, procgroup.ComponentKine, procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler, procgroup.ComponentCloudControllerManager}; !slices.Equal(got, want) {
+		t.Fatalf("split steps %v, want %v", got, want)
+	}
+	for i, want := range map[int]struct {
+		argv []string
+		env  []string
+	}{2: {s.APIServerArgv(), []string{"GOGC=50"}}, 3: {s.ControllerManagerArgv(), nil}, 4: {s.SchedulerArgv(), nil}} {
+		if !slices.Equal(steps[i].Spec.Argv, want.argv) || !slices.Equal(steps[i].Spec.Env, want.env) {
+			t.Errorf("split %s: argv %v env %v, want %v %v", steps[i].Name, steps[i].Spec.Argv, steps[i].Spec.Env, want.argv, want.env)
+		}
+	}
+}
+
 func TestValidateName(t *testing.T) {
 	for _, bad := range []string{"", "Demo", "1demo", "demo-", "de_mo", "de.mo", strings.Repeat("a", 41), "../etc"} {
 		if err := ValidateName(bad); err == nil || !strings.Contains(err.Error(), "cluster name") {
@@ -76,7 +116,7 @@ func TestValidateName(t *testing.T) {
 // before anything starts.
 func fakeBinaries(t *testing.T) (bin, pg string) {
 	bin, pg = t.TempDir(), t.TempDir()
-	for _, n := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", clusterstack.CloudControllerManagerBinary, "kwok"} {
+	for _, n := range []string{"kine", "kube-control-plane", "kube-apiserver", "kube-controller-manager", "kube-scheduler", clusterstack.CloudControllerManagerBinary, "kwok"} {
 		os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\nexit 99\n"), 0o755)
 	}
 	for _, n := range []string{"initdb", "postgres"} {
@@ -111,7 +151,7 @@ func assertNothingLeft(t *testing.T, p *Provider, name string) {
 
 func TestBadInputChangesNothing(t *testing.T) {
 	bin, pg := fakeBinaries(t)
-	for _, missing := range []string{"kube-scheduler", clusterstack.CloudControllerManagerBinary} {
+	for _, missing := range []string{"kube-control-plane", clusterstack.CloudControllerManagerBinary} {
 		t.Run("missing "+missing, func(t *testing.T) {
 			os.Remove(filepath.Join(bin, missing))
 			defer os.WriteFile(filepath.Join(bin, missing), []byte("#!/bin/sh\nexit 99\n"), 0o755)
@@ -182,12 +222,14 @@ func TestBadInputChangesNothing(t *testing.T) {
 	})
 }
 
-// The k3s flavour needs k3s, not kube-apiserver, kube-controller-manager or kube-scheduler,
-// for a tenant; the front still runs kube-apiserver and kube-controller-manager.
+// The k3s flavour needs k3s, not kube-control-plane, kube-apiserver, kube-controller-manager
+// or kube-scheduler, for a tenant; the front still runs kube-apiserver and
+// kube-controller-manager. Without it a tenant runs kube-control-plane, and the three are
+// needed to adopt what a provider before it started.
 func TestTheK3sFlavourNeedsItsOwnBinaries(t *testing.T) {
 	bin, pg := fakeBinaries(t)
 	plain, _ := New(Config{DataRoot: t.TempDir(), BinDir: bin, PostgresBin: pg, Ports: freePortRange(t)})
-	old := []string{pg + "/initdb", pg + "/postgres", bin + "/kine", bin + "/kube-apiserver", bin + "/kube-controller-manager", bin + "/kube-scheduler", bin + "/" + clusterstack.CloudControllerManagerBinary, bin + "/kwok"}
+	old := []string{pg + "/initdb", pg + "/postgres", bin + "/kine", bin + "/kube-control-plane", bin + "/" + clusterstack.CloudControllerManagerBinary, bin + "/kwok", bin + "/kube-apiserver", bin + "/kube-controller-manager", bin + "/kube-scheduler"}
 	if got := plain.RequiredBinaries(); !slices.Equal(got, old) {
 		t.Fatalf("RequiredBinaries = %v, want %v", got, old)
 	}
@@ -203,7 +245,7 @@ func TestTheK3sFlavourNeedsItsOwnBinaries(t *testing.T) {
 	}
 	// A tenant: with the Kubernetes binaries gone, the first missing one it names is kwok,
 	// the last of its own (kwok is removed too, so that nothing starts).
-	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+	for _, b := range []string{"kube-control-plane", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
 		os.Remove(filepath.Join(bin, b))
 	}
 	_, err = p.Up(context.Background(), "demo")

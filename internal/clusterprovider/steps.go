@@ -129,19 +129,17 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 			step.Live = waitReadyz(in.Admin)
 			if !s.Front {
 				step.Ready = all(step.Ready, bootstrapKubeletClientRBAC(in.Admin))
-				// Written at every start, so a DataDir older than the audit log, or than
-				// the policy's last change, runs with today's.
-				step.Prepare = func(context.Context) error {
-					if err := atomicfile.WriteFile(l.AuditPolicy(), []byte(auditlog.Policy), 0o600); err != nil {
-						return err
-					}
-					if err := atomicfile.WriteFile(l.AdmissionConfig(), []byte(clusterstack.AdmissionConfig), 0o600); err != nil {
-						return err
-					}
-					return in.As.own(s)
-				}
+				step.Prepare = prepareAPIServer(s, in.As)
 			}
 			step.ReadyTimeout = apiserverReady
+		case procgroup.ComponentControlPlane:
+			// One process, every gate of the three in their order: the apiserver's, then
+			// the controllers' and the scheduler's proofs (invariant 2).
+			step.Prepare = prepareAPIServer(s, in.As)
+			step.Ready = all(waitReadyz(in.Admin), bootstrapTenantRBAC(in.Admin), bootstrapKubeletClientRBAC(in.Admin),
+				waitControllers(in.Admin), waitScheduler(in.Admin))
+			step.Live = all(waitReadyz(in.Admin), connected(s.APIServerPort))
+			step.ReadyTimeout = apiserverReady + 2*controlsReady
 		case procgroup.ComponentControllerManager:
 			step.Ready = waitControllers(in.Admin)
 			step.Live = connected(s.APIServerPort)
@@ -183,6 +181,22 @@ func StepsFor(in StepInput) ([]procgroup.Step, error) {
 		ReadyTimeout: ccmReady,
 	})
 	return steps, validateSteps(steps)
+}
+
+// prepareAPIServer writes the tenant apiserver's audit policy and admission configuration
+// at every start, so a DataDir older than the audit log, or than the policy's last change,
+// runs with today's.
+func prepareAPIServer(s clusterstack.Spec, as runAs) func(context.Context) error {
+	l := s.Layout()
+	return func(context.Context) error {
+		if err := atomicfile.WriteFile(l.AuditPolicy(), []byte(auditlog.Policy), 0o600); err != nil {
+			return err
+		}
+		if err := atomicfile.WriteFile(l.AdmissionConfig(), []byte(clusterstack.AdmissionConfig), 0o600); err != nil {
+			return err
+		}
+		return as.own(s)
+	}
 }
 
 func validateSteps(steps []procgroup.Step) error {

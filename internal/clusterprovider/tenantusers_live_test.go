@@ -33,14 +33,14 @@ func TestATenantsUserReachesNothingOfAnother(t *testing.T) {
 	var bAPIServer int
 	for _, c := range []*Cluster{a, b} {
 		ids, err := leftovers.Processes(c.DataDir, p.RequiredBinaries())
-		if err != nil || len(ids) < 6 {
+		if err != nil || len(ids) < 4 {
 			t.Fatalf("%s's processes: %v %v", c.Name, ids, err)
 		}
 		for _, id := range ids {
 			if got := uidOf(t, id.Pid); got != owner[c] {
 				t.Errorf("%s's %s (pid %d) runs as %s, want %s", c.Name, filepath.Base(id.Cmdline[0]), id.Pid, got, owner[c])
 			}
-			if c == b && filepath.Base(id.Cmdline[0]) == "kube-apiserver" {
+			if c == b && filepath.Base(id.Cmdline[0]) == "kube-control-plane" {
 				bAPIServer = id.Pid
 			}
 		}

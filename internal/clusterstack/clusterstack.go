@@ -20,7 +20,7 @@ import (
 type Spec struct {
 	Name          string // the cluster's name, a DNS-1123 label
 	DataDir       string // everything of the cluster lives below it (invariant 6)
-	BinDir        string // kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
+	BinDir        string // kine, kube-control-plane, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
 	PostgresBin   string // initdb and postgres
 	APIServerPort int    // the one TCP port of the stack, under a lease
 	// BindAddress is the IP the apiserver listens on ("" is 127.0.0.1), and
@@ -31,6 +31,11 @@ type Spec struct {
 	ServiceCIDR                   string // the tenant's service range; "" means DefaultServiceCIDR
 	// K3sBinary, when set, selects the k3s flavour of the control plane.
 	K3sBinary string
+	// SplitControlPlane runs a tenant's control plane as three processes (kube-apiserver,
+	// kube-controller-manager, kube-scheduler) instead of one (kube-control-plane): the
+	// layout of providers before the one process, kept only to adopt a group one of them
+	// started, as it runs. Its next bring-up is one process.
+	SplitControlPlane bool
 	// Front makes this the provider's own management API server: kine on SQLite (no
 	// Postgres), kube-apiserver, and a controller-manager for namespaces and garbage
 	// collection; no scheduler, no CCM.
@@ -82,7 +87,10 @@ func (s Spec) ControlPlane() []procgroup.Component {
 	if s.K3sBinary != "" {
 		return []procgroup.Component{procgroup.ComponentK3s}
 	}
-	return []procgroup.Component{procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler}
+	if s.SplitControlPlane {
+		return []procgroup.Component{procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler}
+	}
+	return []procgroup.Component{procgroup.ComponentControlPlane}
 }
 
 // Argv dispatches to the component's builder.
@@ -94,6 +102,8 @@ func (s Spec) Argv(c procgroup.Component) ([]string, error) {
 		return s.KineArgv(), nil
 	case procgroup.ComponentK3s:
 		return s.ServerArgv(), nil
+	case procgroup.ComponentControlPlane:
+		return s.ControlPlaneArgv(), nil
 	case procgroup.ComponentAPIServer:
 		return s.APIServerArgv(), nil
 	case procgroup.ComponentControllerManager:

@@ -347,3 +347,72 @@ func TestTenantApiserversAdmitNoPrivilegedPod(t *testing.T) {
 		t.Errorf("admission config enforces no baseline:\n%s", AdmissionConfig)
 	}
 }
+
+// A tenant's control plane is one process, kube-control-plane, carrying each component's
+// own flags in its own section (so each its own kubeconfig, its own identity); the three
+// processes remain for the front and for a group an earlier provider started.
+func TestTheControlPlaneIsOneProcessOfTheThreesFlags(t *testing.T) {
+	s := spec()
+	if got := s.ControlPlane(); !slices.Equal(got, []procgroup.Component{procgroup.ComponentControlPlane}) {
+		t.Fatalf("ControlPlane = %v, want kube-control-plane alone", got)
+	}
+	split := spec()
+	split.SplitControlPlane = true
+	if got := split.ControlPlane(); !slices.Equal(got, []procgroup.Component{procgroup.ComponentAPIServer, procgroup.ComponentControllerManager, procgroup.ComponentScheduler}) {
+		t.Fatalf("split ControlPlane = %v, want the three", got)
+	}
+	front := spec()
+	front.Front = true
+	if got := front.ControlPlane(); !slices.Equal(got, []procgroup.Component{procgroup.ComponentAPIServer, procgroup.ComponentControllerManager}) {
+		t.Fatalf("front ControlPlane = %v, want its apiserver and controller-manager", got)
+	}
+
+	argv, err := s.Argv(procgroup.ComponentControlPlane)
+	if err != nil || argv[0] != "/opt/bin/kube-control-plane" {
+		t.Fatalf("Argv = %v, %v", argv, err)
+	}
+	sections := map[string][]string{}
+	var cur string
+	var order []string
+	for _, a := range argv[1:] {
+		if !strings.HasPrefix(a, "--") {
+			cur = a
+			order = append(order, a)
+			continue
+		}
+		sections[cur] = append(sections[cur], a)
+	}
+	if !slices.Equal(order, []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}) {
+		t.Fatalf("sections %v", order)
+	}
+	for name, own := range map[string][]string{"kube-apiserver": s.APIServerArgv(), "kube-controller-manager": s.ControllerManagerArgv(), "kube-scheduler": s.SchedulerArgv()} {
+		if !slices.Equal(sections[name], own[1:]) {
+			t.Errorf("section %s = %v, want the component's own flags %v", name, sections[name], own[1:])
+		}
+	}
+	l := s.Layout()
+	if v, _ := flag(sections["kube-controller-manager"], "kubeconfig"); v != l.ControllerManagerKubeconfig() {
+		t.Errorf("controller-manager kubeconfig %q, want its own", v)
+	}
+	if v, _ := flag(sections["kube-scheduler"], "kubeconfig"); v != l.SchedulerKubeconfig() {
+		t.Errorf("scheduler kubeconfig %q, want its own", v)
+	}
+}
+
+func TestTheGoRuntimeSettings(t *testing.T) {
+	s := spec()
+	for c, want := range map[procgroup.Component][]string{
+		procgroup.ComponentControlPlane: {"GOGC=50"},
+		procgroup.ComponentAPIServer:    {"GOGC=50"},
+		procgroup.ComponentKine:         nil,
+	} {
+		if got := s.RuntimeEnv(c); !slices.Equal(got, want) {
+			t.Errorf("RuntimeEnv(%s) = %v, want %v", c, got, want)
+		}
+	}
+	front := spec()
+	front.Front = true
+	if got := front.RuntimeEnv(procgroup.ComponentAPIServer); got != nil {
+		t.Errorf("the front's apiserver: %v, want the defaults", got)
+	}
+}

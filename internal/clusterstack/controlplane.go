@@ -1,6 +1,7 @@
 package clusterstack
 
 import (
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -78,13 +79,29 @@ func (s Spec) APIServerArgv() []string {
 	return append([]string{s.Bin("kube-apiserver")}, flags(f)...)
 }
 
+// ControlPlaneArgv is a tenant's control plane in one process: kube-control-plane with the
+// three components' own flags, each section opened by the component's name (see
+// components/cmd/kube-control-plane). Each keeps its own kubeconfig, so its own identity.
+func (s Spec) ControlPlaneArgv() []string {
+	argv := []string{s.Bin(ControlPlaneBinary)}
+	for _, section := range [][]string{s.APIServerArgv(), s.ControllerManagerArgv(), s.SchedulerArgv()} {
+		argv = append(argv, filepath.Base(section[0]))
+		argv = append(argv, section[1:]...)
+	}
+	return argv
+}
+
+// ControlPlaneBinary is the one-process control plane's binary in BinDir.
+const ControlPlaneBinary = "kube-control-plane"
+
 // RuntimeEnv is a component's whole environment when the component needs none of its own:
-// the Go runtime's settings. A tenant's apiserver collects garbage at half the default
-// heap growth (GOGC=50): its heap after start is about 80 MB live, and at the default goal
-// of twice that it held 26 MiB more at idle, at no idle CPU measured (docs/benchmarks.md).
-// The other components' heaps are a few MB; theirs stays the default.
+// the Go runtime's settings. A tenant's apiserver, alone or in the one process, collects
+// garbage at half the default heap growth (GOGC=50): its heap after start is about 80 MB
+// live, and at the default goal of twice that it held 26 MiB more at idle, at no idle CPU
+// measured (docs/benchmarks.md). The other components' heaps are a few MB; theirs stays
+// the default.
 func (s Spec) RuntimeEnv(c procgroup.Component) []string {
-	if c == procgroup.ComponentAPIServer && !s.Front {
+	if (c == procgroup.ComponentAPIServer || c == procgroup.ComponentControlPlane) && !s.Front {
 		return []string{"GOGC=50"}
 	}
 	return nil

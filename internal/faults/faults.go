@@ -15,17 +15,17 @@ type Kind string
 
 const (
 	// kill -9 of one component of one cluster; the provider must notice and bring it back.
-	KillPostgres          Kind = "kill-postgres"
-	KillKine              Kind = "kill-kine"
-	KillAPIServer         Kind = "kill-kube-apiserver"
-	KillControllerManager Kind = "kill-kube-controller-manager"
-	KillScheduler         Kind = "kill-kube-scheduler"
-	KillCCM               Kind = "kill-cloud-controller-manager"
-	KillKwok              Kind = "kill-kwok"
+	KillPostgres Kind = "kill-postgres"
+	KillKine     Kind = "kill-kine"
+	// KillControlPlane kills the tenant's kube-control-plane: its apiserver, controller-manager
+	// and scheduler at once.
+	KillControlPlane Kind = "kill-kube-control-plane"
+	KillCCM          Kind = "kill-cloud-controller-manager"
+	KillKwok         Kind = "kill-kwok"
 	// StalePostgres kills PostgreSQL's whole process group with -9, leaving its pid file
 	// and socket behind for the next start to find.
 	StalePostgres Kind = "stale-postgres"
-	// PortTaken kills the apiserver and binds its leased port from another process before
+	// PortTaken kills the control plane and binds its leased port from another process before
 	// the group comes back; the port is freed after Hold.
 	PortTaken Kind = "port-taken"
 
@@ -53,7 +53,7 @@ const (
 
 // Kinds is every kind, in a fixed order.
 var Kinds = []Kind{
-	KillPostgres, KillKine, KillAPIServer, KillControllerManager, KillScheduler, KillCCM, KillKwok,
+	KillPostgres, KillKine, KillControlPlane, KillCCM, KillKwok,
 	StalePostgres, PortTaken,
 	KillServe, KillServeDuringBringUp, KillServeDuringTeardown, InterruptDuringBringUp, TerminateDuringBringUp, PowerCut,
 	ParkUnpark, DeleteRecreate, DeleteDuringBring, RenewCertificates, KillServeDuringRenewal,

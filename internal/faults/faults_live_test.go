@@ -35,7 +35,7 @@ var (
 func TestFaults(t *testing.T) {
 	livetest.Start(t)
 	bin := livetest.BinDir(t)
-	for _, b := range []string{"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "socialweb-cloud-controller-manager", "kwok"} {
+	for _, b := range []string{"kine", "kube-control-plane", "kube-apiserver", "kube-controller-manager", "socialweb-cloud-controller-manager", "kwok"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			livetest.Need(t, bin+"/"+b+" is not installed; run deploy/install-components.sh")
 		}
@@ -138,12 +138,11 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 	h.t.Helper()
 	i := f.Cluster
 	component := map[Kind]string{
-		KillPostgres: postgresBinary, KillKine: "kine", KillAPIServer: "kube-apiserver",
-		KillControllerManager: "kube-controller-manager", KillScheduler: "kube-scheduler",
+		KillPostgres: postgresBinary, KillKine: "kine", KillControlPlane: "kube-control-plane",
 		KillCCM: "socialweb-cloud-controller-manager", KillKwok: "kwok",
 	}
 	switch f.Kind {
-	case KillPostgres, KillKine, KillAPIServer, KillControllerManager, KillScheduler, KillCCM, KillKwok:
+	case KillPostgres, KillKine, KillControlPlane, KillCCM, KillKwok:
 		b := component[f.Kind]
 		if !filepath.IsAbs(b) {
 			b = filepath.Join(h.bin, b)
@@ -172,7 +171,7 @@ func (h *harness) inject(f Fault) []processrunner.Identity {
 		return gone
 
 	case PortTaken:
-		victim := h.procsOf(i, filepath.Join(h.bin, "kube-apiserver"))
+		victim := h.procsOf(i, filepath.Join(h.bin, "kube-control-plane"))
 		port := h.leasedPort(i)
 		if len(victim) != 1 || port == 0 {
 			h.fatalf("%s: %d apiservers, leased port %d", f, len(victim), port)

@@ -114,7 +114,7 @@ const PostgresBinary = "/usr/lib/postgresql/15/bin/postgres"
 // a live test scans /proc for (processrunner.FindByMarker) to find what runs.
 func StackPrograms(bin string) []string {
 	return []string{
-		PostgresBinary, filepath.Join(bin, "kine"), filepath.Join(bin, "kube-apiserver"),
+		PostgresBinary, filepath.Join(bin, "kine"), filepath.Join(bin, "kube-control-plane"), filepath.Join(bin, "kube-apiserver"),
 		filepath.Join(bin, "kube-controller-manager"), filepath.Join(bin, "kube-scheduler"),
 		filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"),
 	}

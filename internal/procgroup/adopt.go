@@ -183,12 +183,11 @@ func readRecords(dir string) (map[Component]record, error) {
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return nil, fmt.Errorf("record %s: %w", name, err)
 		}
-		var n int
-		var c string
-		if _, err := fmt.Sscanf(strings.TrimSuffix(name, ".json"), "%02d-%s", &n, &c); err != nil {
+		c, ok := recordComponent(name)
+		if !ok {
 			return nil, fmt.Errorf("record %s: unparseable name", name)
 		}
-		out[Component(n)] = rec
+		out[c] = rec
 	}
 	return out, nil
 }

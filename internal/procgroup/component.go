@@ -4,8 +4,9 @@ package procgroup
 
 import "fmt"
 
-// Component is one member of a cluster's process group. The numeric order is the start
-// order; Reap walks it backwards (invariant 4).
+// Component is one member of a cluster's process group. Its number names its record in a
+// group's RecordDir, so a number, once given, is never given to another member: a new one
+// is appended. Its start order is Order; Reap walks it backwards (invariant 4).
 type Component int
 
 const (
@@ -15,7 +16,8 @@ const (
 	ComponentKine
 	// ComponentK3s is the k3s flavour of the control plane: one "k3s server" process.
 	ComponentK3s
-	// The upstream flavour of the control plane: three processes.
+	// The upstream control plane as three processes: what a tenant ran before
+	// ComponentControlPlane, adopted as it runs; the front's.
 	ComponentAPIServer
 	ComponentControllerManager
 	ComponentScheduler
@@ -28,7 +30,22 @@ const (
 	// ComponentGuest is a real guest's init (socialweb-guest), one group per guest, reaped
 	// before the control plane as kwok is.
 	ComponentGuest
+	// ComponentControlPlane is a tenant's control plane in one process (kube-control-plane,
+	// built in components/): the upstream kube-apiserver, kube-controller-manager and
+	// kube-scheduler, each from its own flags and credential. It starts where the three
+	// would (Order).
+	ComponentControlPlane
 )
+
+// Order is c's place in a group's start order: its number, but for ComponentControlPlane,
+// which was appended after the node group's members and starts where the control plane
+// does, after kine and before the CCM.
+func (c Component) Order() int {
+	if c == ComponentControlPlane {
+		return 2*int(ComponentK3s) + 1
+	}
+	return 2 * int(c)
+}
 
 var names = map[Component]string{
 	ComponentPostgres:               "postgres",
@@ -41,6 +58,7 @@ var names = map[Component]string{
 	ComponentCloudControllerManager: "cloud-controller-manager",
 	ComponentKwok:                   "kwok",
 	ComponentGuest:                  "guest",
+	ComponentControlPlane:           "kube-control-plane",
 }
 
 func (c Component) String() string {
@@ -52,5 +70,9 @@ func (c Component) String() string {
 
 // IsControlPlane reports whether c is part of the Kubernetes control plane (either flavour).
 func (c Component) IsControlPlane() bool {
-	return c == ComponentK3s || c == ComponentAPIServer || c == ComponentControllerManager || c == ComponentScheduler
+	switch c {
+	case ComponentK3s, ComponentControlPlane, ComponentAPIServer, ComponentControllerManager, ComponentScheduler:
+		return true
+	}
+	return false
 }

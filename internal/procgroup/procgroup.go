@@ -1,6 +1,7 @@
 package procgroup
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,7 +137,7 @@ func Validate(steps []Step) error {
 		if len(s.Spec.Argv) == 0 {
 			return &StepError{Step: s.Name, Err: errors.New("empty argv")}
 		}
-		if i > 0 && s.Name <= steps[i-1].Name {
+		if i > 0 && s.Name.Order() <= steps[i-1].Name.Order() {
 			return fmt.Errorf("%w: %s after %s", ErrStepOrder, s.Name, steps[i-1].Name)
 		}
 	}
@@ -357,7 +358,7 @@ func ReapSurvivors(opts Options) (int, error) {
 			names = append(names, e.Name())
 		}
 	}
-	slices.Sort(names)
+	sortByStartOrder(names)
 	n := 0
 	var errs []error
 	for _, name := range slices.Backward(names) {
@@ -396,6 +397,46 @@ func ReapSurvivors(opts Options) (int, error) {
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// sortByStartOrder sorts record files by their members' start order (Component.Order):
+// ReapSurvivors walks them backwards.
+func sortByStartOrder(files []string) {
+	slices.SortStableFunc(files, func(a, b string) int { return cmp.Compare(recordOrder(a), recordOrder(b)) })
+}
+
+// recordOrder is the start order of the member a record file names ("05-kube-apiserver.json").
+func recordOrder(file string) int {
+	c, ok := recordComponent(file)
+	if !ok {
+		return 0
+	}
+	return c.Order()
+}
+
+// recordComponent is the member a record file names.
+func recordComponent(file string) (Component, bool) {
+	var n int
+	var name string
+	if _, err := fmt.Sscanf(strings.TrimSuffix(file, ".json"), "%02d-%s", &n, &name); err != nil {
+		return 0, false
+	}
+	return Component(n), true
+}
+
+// Recorded lists the members whose records are in recordDir, whether they still run or
+// not: the layout an earlier run started.
+func Recorded(recordDir string) ([]Component, error) {
+	recs, err := readRecords(recordDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Component, 0, len(recs))
+	for c := range recs {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Component) int { return cmp.Compare(a.Order(), b.Order()) })
+	return out, nil
 }
 
 // record is what a RecordDir file holds: who the process is and how it asks to be stopped,

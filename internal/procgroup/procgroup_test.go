@@ -204,3 +204,37 @@ func TestSurvivorsOfAnEarlierRunAreReapedNotAdopted(t *testing.T) {
 		}
 	}
 }
+
+// The one-process control plane's number comes after the node group's members (numbers,
+// which name records, are never reused), but it starts where the three did: after kine,
+// before the CCM; survivors are reaped in the reverse of that, and Recorded names it.
+func TestTheOneProcessControlPlaneStartsWhereTheThreeDid(t *testing.T) {
+	if err := Validate([]Step{sleeper(ComponentPostgres), sleeper(ComponentKine), sleeper(ComponentControlPlane), sleeper(ComponentCloudControllerManager)}); err != nil {
+		t.Fatalf("Validate = %v", err)
+	}
+	for _, bad := range [][]Step{
+		{sleeper(ComponentControlPlane), sleeper(ComponentKine)},
+		{sleeper(ComponentCloudControllerManager), sleeper(ComponentControlPlane)},
+	} {
+		if err := Validate(bad); !errors.Is(err, ErrStepOrder) {
+			t.Errorf("Validate(%s, %s) = %v, want ErrStepOrder", bad[0].Name, bad[1].Name, err)
+		}
+	}
+	files := []string{"09-kwok.json", "08-cloud-controller-manager.json", "11-kube-control-plane.json", "01-postgres.json", "03-kine.json", "05-kube-apiserver.json"}
+	sortByStartOrder(files)
+	want := []string{"01-postgres.json", "03-kine.json", "11-kube-control-plane.json", "05-kube-apiserver.json", "08-cloud-controller-manager.json", "09-kwok.json"}
+	if !slices.Equal(files, want) {
+		t.Fatalf("start order of records %v, want %v", files, want)
+	}
+
+	o := opts(t, &recorder{})
+	g, err := Spawn(context.Background(), o, []Step{sleeper(ComponentPostgres), sleeper(ComponentKine), sleeper(ComponentControlPlane), sleeper(ComponentCloudControllerManager)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Reap()
+	got, err := Recorded(o.RecordDir)
+	if want := []Component{ComponentPostgres, ComponentKine, ComponentControlPlane, ComponentCloudControllerManager}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Recorded = %v, %v; want %v", got, err, want)
+	}
+}
