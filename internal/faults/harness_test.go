@@ -436,7 +436,7 @@ func (h *harness) clusterSettled(i int, procs []processrunner.Identity, byHolder
 		}
 		count[id.Cmdline[0]]++
 	}
-	for _, b := range h.programs {
+	for _, b := range livetest.TenantPrograms(h.bin) {
 		if count[b] != 1 {
 			return false, "", fmt.Sprintf("%d of %s", count[b], filepath.Base(b))
 		}

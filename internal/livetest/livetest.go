@@ -120,6 +120,17 @@ func StackPrograms(bin string) []string {
 	}
 }
 
+// TenantPrograms is a tenant cluster's group as the provider starts it, one process of
+// each (kwok with the first simulated guest): what a live test counts per cluster.
+// StackPrograms has more: the front's, and the three a group of a provider before the
+// one-process control plane ran.
+func TenantPrograms(bin string) []string {
+	return []string{
+		PostgresBinary, filepath.Join(bin, "kine"), filepath.Join(bin, "kube-control-plane"),
+		filepath.Join(bin, "socialweb-cloud-controller-manager"), filepath.Join(bin, "kwok"),
+	}
+}
+
 // killMentioning kills, with its process group, every process whose arguments or
 // environment mention marker, and returns how many it found.
 func killMentioning(marker string) int {

@@ -22,19 +22,18 @@ import (
 	"time"
 	_ "time/tzdata" // CronJob time zones, as the upstream binaries carry them
 
+	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/server/flagz"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	cliflag "k8s.io/component-base/cli/flag"
 	basecompatibility "k8s.io/component-base/compatibility"
 	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go's metrics
 	_ "k8s.io/component-base/metrics/prometheus/version"  // kubernetes_build_info
-
-	"github.com/spf13/pflag"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/client-go/rest"
-	cliflag "k8s.io/component-base/cli/flag"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
