@@ -165,16 +165,12 @@ func Prove(recs map[Component]record, steps []Step, inputs string) ([][]string, 
 
 // readRecords reads every record in dir, by component.
 func readRecords(dir string) (map[Component]record, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil && !os.IsNotExist(err) {
+	names, err := recordFiles(dir)
+	if err != nil {
 		return nil, err
 	}
 	out := map[Component]record{}
-	for _, e := range ents {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
-			continue
-		}
+	for _, name := range names {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			return nil, err

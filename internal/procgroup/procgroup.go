@@ -348,17 +348,10 @@ func ReapSurvivors(opts Options) (int, error) {
 	if opts.Grace == 0 {
 		opts.Grace = 10 * time.Second
 	}
-	ents, err := os.ReadDir(opts.RecordDir)
-	if err != nil && !os.IsNotExist(err) {
+	names, err := recordFiles(opts.RecordDir)
+	if err != nil {
 		return 0, err
 	}
-	var names []string
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
-			names = append(names, e.Name())
-		}
-	}
-	sortByStartOrder(names)
 	n := 0
 	var errs []error
 	for _, name := range slices.Backward(names) {
@@ -399,8 +392,24 @@ func ReapSurvivors(opts Options) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// sortByStartOrder sorts record files by their members' start order (Component.Order):
-// ReapSurvivors walks them backwards.
+// recordFiles lists the record files in dir (none when dir does not exist), in their
+// members' start order: ReapSurvivors walks them backwards.
+func recordFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
+		}
+	}
+	sortByStartOrder(names)
+	return names, nil
+}
+
+// sortByStartOrder sorts record files by their members' start order (Component.Order).
 func sortByStartOrder(files []string) {
 	slices.SortStableFunc(files, func(a, b string) int { return cmp.Compare(recordOrder(a), recordOrder(b)) })
 }
@@ -424,18 +433,21 @@ func recordComponent(file string) (Component, bool) {
 	return Component(n), true
 }
 
-// Recorded lists the members whose records are in recordDir, whether they still run or
-// not: the layout an earlier run started.
+// Recorded lists the members whose records are in recordDir, in start order, whether they
+// still run or not: the layout an earlier run started. It reads the records' names only.
 func Recorded(recordDir string) ([]Component, error) {
-	recs, err := readRecords(recordDir)
+	names, err := recordFiles(recordDir)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Component, 0, len(recs))
-	for c := range recs {
+	out := make([]Component, 0, len(names))
+	for _, name := range names {
+		c, ok := recordComponent(name)
+		if !ok {
+			return nil, fmt.Errorf("record %s: unparseable name", name)
+		}
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b Component) int { return cmp.Compare(a.Order(), b.Order()) })
 	return out, nil
 }
 
@@ -460,19 +472,13 @@ type record struct {
 // Running lists the processes the records in recordDir name that still run as recorded
 // (same pid, start time and cmdline): what a group of an earlier or another run holds.
 func Running(recordDir string) ([]processrunner.Identity, error) {
-	ents, err := os.ReadDir(recordDir)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
+	names, err := recordFiles(recordDir)
 	if err != nil {
 		return nil, err
 	}
 	var out []processrunner.Identity
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(recordDir, e.Name()))
+	for _, name := range names {
+		b, err := os.ReadFile(filepath.Join(recordDir, name))
 		if err != nil {
 			continue
 		}
