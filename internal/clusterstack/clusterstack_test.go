@@ -416,3 +416,35 @@ func TestTheGoRuntimeSettings(t *testing.T) {
 		t.Errorf("the front's apiserver: %v, want the defaults", got)
 	}
 }
+
+// A tenant's one-process control plane leaves out the idle work nobody in a tenant reads
+// (the object counts, the identity and peer leases, the attach-detach reconciler); the
+// split layout keeps exactly its old flags, so that a group an earlier provider started is
+// adopted as it runs, and the front keeps upstream's defaults.
+func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
+	trims := map[string]string{
+		"etcd-count-metric-poll-period": "0",
+		"feature-gates":                 "APIServerIdentity=false,UnknownVersionInteroperabilityProxy=false",
+	}
+	s := spec()
+	split := spec()
+	split.SplitControlPlane = true
+	front := spec()
+	front.Front = true
+	for name, want := range trims {
+		if got, _ := flag(s.APIServerArgv(), name); got != want {
+			t.Errorf("tenant apiserver --%s=%q, want %q", name, got, want)
+		}
+		for what, other := range map[string]Spec{"split": split, "front": front} {
+			if got, ok := flag(other.APIServerArgv(), name); ok {
+				t.Errorf("%s apiserver has --%s=%s, want upstream's default", what, name, got)
+			}
+		}
+	}
+	if got, _ := flag(s.ControllerManagerArgv(), "controllers"); got != "*,bootstrapsigner,tokencleaner,-persistentvolume-attach-detach-controller" {
+		t.Errorf("tenant controllers %q, want all but attach-detach", got)
+	}
+	if got, _ := flag(split.ControllerManagerArgv(), "controllers"); got != "*,bootstrapsigner,tokencleaner" {
+		t.Errorf("split controllers %q, want the old set", got)
+	}
+}

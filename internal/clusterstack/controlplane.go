@@ -56,6 +56,20 @@ func (s Spec) APIServerArgv() []string {
 		// CPU and kine 40 % of its (docs/benchmarks.md, "Density and speed"); kine serves
 		// every watch from one poll of its table, and a tenant's lists are small.
 		f["watch-cache"] = "false"
+		if !s.SplitControlPlane {
+			// Idle work for nobody (docs/benchmarks.md, "Idle work left out"); the split
+			// layout keeps the argv it was started with, so that it is adopted as it runs.
+			// Counting every resource's objects once a minute (about one count a second
+			// through kine to PostgreSQL) feeds a metric and priority and fairness's
+			// estimate of a list's cost; without a count, a list is estimated at the
+			// fewest seats, and a tenant's lists are bounded by its control group.
+			f["etcd-count-metric-poll-period"] = "0"
+			// A tenant has exactly one apiserver. Its identity lease (a write every 10 s)
+			// is read only by the peer proxy and the storage-version garbage collector,
+			// and the peer proxy (a lease of its own) forwards requests to other
+			// apiservers of a mixed-version control plane; there are none.
+			f["feature-gates"] = "APIServerIdentity=false,UnknownVersionInteroperabilityProxy=false"
+		}
 		// The apiserver's own client identity towards kubelets (logs, exec, port-forward):
 		// a kubelet with anonymous auth off and webhook authorization asks this apiserver
 		// whether that identity may, and RBAC says yes through system:kubelet-api-admin.
@@ -151,14 +165,22 @@ func (s Spec) ControllerManagerArgv() []string {
 	})...)
 }
 
-// controllers are the controller-manager's: all of them (plus the bootstrap-token ones) for
-// a tenant; for the front, only namespace deletion, garbage collection, service accounts
+// controllers are the controller-manager's: for a tenant, all of them (plus the
+// bootstrap-token ones) but the one that can have no work there; for the front, only namespace deletion, garbage collection, service accounts
 // and ClusterRole aggregation (what the controllers gate proves runs, waitControllers).
 func (s Spec) controllers() string {
 	if s.Front {
 		return "namespace,garbagecollector,serviceaccount,serviceaccount-token,clusterrole-aggregation"
 	}
-	return "*,bootstrapsigner,tokencleaner"
+	if s.SplitControlPlane {
+		return "*,bootstrapsigner,tokencleaner"
+	}
+	// The attach-detach controller (a reconciler ten times a second) attaches volumes of
+	// CSI drivers that need attaching (every in-tree attachable plugin has moved to CSI).
+	// Such a driver's node plugin must run privileged to mount on a node, and a tenant's
+	// apiserver admits no privileged container (APIServerArgv), so no tenant volume can
+	// ever be attached.
+	return "*,bootstrapsigner,tokencleaner,-persistentvolume-attach-detach-controller"
 }
 
 // SchedulerArgv listens on nothing.
