@@ -67,10 +67,11 @@ install_guest_packages() {
   say "guest packages: installed in $(took "$t")"
 }
 
-# build NAME PIN DIR CGO PACKAGE [LDFLAGS]: builds PACKAGE (run in DIR) into bin/NAME unless
-# bin/.NAME.pin already records PIN.
+# build NAME PIN DIR CGO PACKAGE [LDFLAGS] [PREPARE]: builds PACKAGE (run in DIR) into
+# bin/NAME unless bin/.NAME.pin already records PIN. PREPARE, a function, is called with DIR
+# only when a build is needed, and prints the directory to build in instead.
 build() {
-  local name=$1 pin=$2 dir=$3 cgo=$4 pkg=$5 ldflags=${6:-}
+  local name=$1 pin=$2 dir=$3 cgo=$4 pkg=$5 ldflags=${6:-} prepare=${7:-}
   local key; key=$(printf '%s' "$pin" | sha256sum | cut -c1-16)
   if [ -x "$bin/$name" ] && [ "$(cat "$bin/.$name.pin" 2>/dev/null)" = "$key" ]; then
     say "$name: up to date ($pin)"
@@ -82,6 +83,9 @@ build() {
   else
     say "$name: building $pkg ($pin)"
     mkdir -p "$cache/$key"
+    if [ -n "$prepare" ]; then
+      dir=$("$prepare" "$dir")
+    fi
     (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "$ldflags" -o "$cache/$key/$name.tmp" "$pkg")
     mv "$cache/$key/$name.tmp" "$cache/$key/$name"
   fi
@@ -104,10 +108,35 @@ done
 for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
   build "$c" "$kpin" "$root/components" 0 "k8s.io/kubernetes/cmd/$c" "$kldflags"
 done
+# patched_components DIR: a copy of the components module in DIR (go.mod, go.sum and
+# cmd/kube-control-plane) in which each module with patches under DIR/patches/<module path>/
+# is replaced by its pinned version's source with those patches applied, in name order.
+# Prints the copy's directory. Run in a command substitution, where errexit does not hold:
+# each step fails the function itself. A patch that no longer fits the pinned version (after
+# an upgrade) fails the install; no hunk is applied with fuzz.
+patched_components() {
+  local src=$1 work="$cache/kube-control-plane-src" module dir p
+  rm -rf "$work" && mkdir -p "$work/cmd" || return 1
+  cp "$src/go.mod" "$src/go.sum" "$work/" && cp -r "$src/cmd/kube-control-plane" "$work/cmd/" || return 1
+  for module in $(cd "$src/patches" && find . -name '*.patch' -printf '%h\n' | sed 's|^\./||' | sort -u); do
+    dir=$(cd "$src" && go mod download -json "$module" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    [ -n "$dir" ] || { echo "install: components/patches/$module: no such module in components/go.mod" >&2; return 1; }
+    mkdir -p "$work/patched/$module" && cp -r "$dir/." "$work/patched/$module/" && chmod -R u+w "$work/patched/$module" || return 1
+    for p in "$src/patches/$module"/*.patch; do
+      say "kube-control-plane: patching $module with ${p#"$src/"}" >&2
+      patch -s -p1 --forward --fuzz=0 --no-backup-if-mismatch -d "$work/patched/$module" < "$p" >&2 ||
+        { echo "install: ${p#"$src/"} does not apply to $module as pinned: update the patch" >&2; return 1; }
+    done
+    (cd "$work" && go mod edit -replace "$module=./patched/$module") || return 1
+  done
+  printf '%s' "$work"
+}
+
 # A tenant's control plane in one process: our main over the same pinned Kubernetes packages,
-# so its pin is theirs and its own source's.
-cppin="$kpin $(cat "$root"/components/cmd/kube-control-plane/*.go | sha256sum | cut -c1-16)"
-build kube-control-plane "$cppin" "$root/components" 0 ./cmd/kube-control-plane "$kldflags"
+# with the patches in components/patches/ (each says why; ARCHITECTURE.md section 24), for
+# this binary only; so its pin is theirs, its own source's and the patches'.
+cppin="$kpin $(cd "$root/components" && { cat cmd/kube-control-plane/*.go; find patches -name '*.patch' | sort | while read -r p; do echo "$p"; cat "$p"; done; } | sha256sum | cut -c1-16)"
+build kube-control-plane "$cppin" "$root/components" 0 ./cmd/kube-control-plane "$kldflags" patched_components
 
 # kine and kwok build from their own modules (go install's @version semantics: their go.mod
 # and go.sum, not ours), so their dependencies are the ones their releases were tested with.

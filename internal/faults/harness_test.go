@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"socialweb.computer/kcp/api/v1alpha1"
+	"socialweb.computer/kcp/internal/cgroups"
 	"socialweb.computer/kcp/internal/clusterprovider"
 	"socialweb.computer/kcp/internal/livetest"
 	"socialweb.computer/kcp/internal/portallocator"
@@ -86,9 +87,36 @@ func newHarness(t *testing.T, exe, bin, root, ports string, clusters int) *harne
 	}
 	h.programs = livetest.StackPrograms(bin)
 	// However the test ends, nothing of it is left running: its serve is killed by its own
-	// cleanup (registered later, so run first), then whatever its groups still run.
-	t.Cleanup(func() { kill9(h.all(), true) })
+	// cleanup (registered later, so run first), then whatever its groups still run; and
+	// nothing of it is left in the host's control groups.
+	t.Cleanup(func() {
+		kill9(h.all(), true)
+		removeCgroups(t, root)
+	})
 	return h
+}
+
+// removeCgroups removes the control groups serve made for the test's clusters on the data
+// root. A serve killed with -9 cannot, and no later serve on this data root, which would,
+// is ever started.
+func removeCgroups(t *testing.T, root string) {
+	h, err := cgroups.Detect(cgroups.Mount, clusterprovider.CgroupSubtree(root))
+	if err != nil {
+		return // no control groups on this host: serve made none
+	}
+	g := h.Group() // the provider's whole subtree
+	deadline := time.Now().Add(30 * time.Second)
+	for g.Exists() {
+		err := g.Remove()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the test's control groups are left: %v", err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // the killed processes are still exiting
+	}
 }
 
 const postgresBinary = livetest.PostgresBinary
