@@ -69,7 +69,8 @@ install_guest_packages() {
 
 # build NAME PIN DIR CGO PACKAGE [LDFLAGS] [PREPARE]: builds PACKAGE (run in DIR) into
 # bin/NAME unless bin/.NAME.pin already records PIN. PREPARE, a function, is called with DIR
-# only when a build is needed, and prints the directory to build in instead.
+# only when a build is needed, and prints a directory of its own to build in instead, which
+# is removed after the build.
 build() {
   local name=$1 pin=$2 dir=$3 cgo=$4 pkg=$5 ldflags=${6:-} prepare=${7:-}
   local key; key=$(printf '%s' "$pin" | sha256sum | cut -c1-16)
@@ -86,7 +87,10 @@ build() {
     if [ -n "$prepare" ]; then
       dir=$("$prepare" "$dir")
     fi
-    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "$ldflags" -o "$cache/$key/$name.tmp" "$pkg")
+    local ok=0
+    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "$ldflags" -o "$cache/$key/$name.tmp" "$pkg") || ok=$?
+    [ -z "$prepare" ] || rm -rf "$dir"
+    [ "$ok" -eq 0 ] || return "$ok"
     mv "$cache/$key/$name.tmp" "$cache/$key/$name"
   fi
   cp "$cache/$key/$name" "$bin/$name.tmp"
@@ -111,14 +115,25 @@ done
 # patched_components DIR: a copy of the components module in DIR (go.mod, go.sum and
 # cmd/kube-control-plane) in which each module with patches under DIR/patches/<module path>/
 # is replaced by its pinned version's source with those patches applied, in name order.
-# Prints the copy's directory. Run in a command substitution, where errexit does not hold:
-# each step fails the function itself. A patch that no longer fits the pinned version (after
-# an upgrade) fails the install; no hunk is applied with fuzz.
+# Prints the copy's directory, a new one in the cache (two installs at once each build their
+# own); removed again when anything fails. A patch that no longer fits the pinned version
+# (after an upgrade) fails the install; no hunk is applied with fuzz.
 patched_components() {
-  local src=$1 work="$cache/kube-control-plane-src" module dir p
-  rm -rf "$work" && mkdir -p "$work/cmd" || return 1
-  cp "$src/go.mod" "$src/go.sum" "$work/" && cp -r "$src/cmd/kube-control-plane" "$work/cmd/" || return 1
-  for module in $(cd "$src/patches" && find . -name '*.patch' -printf '%h\n' | sed 's|^\./||' | sort -u); do
+  local src=$1 work
+  work=$(mktemp -d "$cache/kube-control-plane-src.XXXXXX") || return 1
+  if ! patch_into "$src" "$work"; then
+    rm -rf "$work"
+    return 1
+  fi
+  printf '%s' "$work"
+}
+
+# patch_into SRC WORK: patched_components' work. It runs in a command substitution, where
+# errexit does not hold, so each step fails the function itself.
+patch_into() {
+  local src=$1 work=$2 module dir p
+  mkdir -p "$work/cmd" && cp "$src/go.mod" "$src/go.sum" "$work/" && cp -r "$src/cmd/kube-control-plane" "$work/cmd/" || return 1
+  for module in $(cd "$src" && [ ! -d patches ] || find patches -name '*.patch' -printf '%h\n' | sed 's|^patches/||' | sort -u); do
     dir=$(cd "$src" && go mod download -json "$module" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
     [ -n "$dir" ] || { echo "install: components/patches/$module: no such module in components/go.mod" >&2; return 1; }
     mkdir -p "$work/patched/$module" && cp -r "$dir/." "$work/patched/$module/" && chmod -R u+w "$work/patched/$module" || return 1
@@ -129,13 +144,12 @@ patched_components() {
     done
     (cd "$work" && go mod edit -replace "$module=./patched/$module") || return 1
   done
-  printf '%s' "$work"
 }
 
 # A tenant's control plane in one process: our main over the same pinned Kubernetes packages,
 # with the patches in components/patches/ (each says why; ARCHITECTURE.md section 24), for
 # this binary only; so its pin is theirs, its own source's and the patches'.
-cppin="$kpin $(cd "$root/components" && { cat cmd/kube-control-plane/*.go; find patches -name '*.patch' | sort | while read -r p; do echo "$p"; cat "$p"; done; } | sha256sum | cut -c1-16)"
+cppin="$kpin $(cd "$root/components" && { cat cmd/kube-control-plane/*.go; [ ! -d patches ] || find patches -name '*.patch' | sort | while read -r p; do echo "$p"; cat "$p"; done; } | sha256sum | cut -c1-16)"
 build kube-control-plane "$cppin" "$root/components" 0 ./cmd/kube-control-plane "$kldflags" patched_components
 
 # kine and kwok build from their own modules (go install's @version semantics: their go.mod

@@ -418,8 +418,7 @@ func TestTheGoRuntimeSettings(t *testing.T) {
 }
 
 // A tenant's one-process control plane leaves out the idle work nobody in a tenant reads
-// (the object counts, the identity and peer leases, the attach-detach reconciler); the
-// split layout keeps exactly its old flags, so that a group an earlier provider started is
+// (the object counts, the identity and peer leases); the split layout keeps exactly its old flags, so that a group an earlier provider started is
 // adopted as it runs, and the front keeps upstream's defaults.
 func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
 	trims := map[string]string{
@@ -440,11 +439,5 @@ func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
 				t.Errorf("%s apiserver has --%s=%s, want upstream's default", what, name, got)
 			}
 		}
-	}
-	if got, _ := flag(s.ControllerManagerArgv(), "controllers"); got != "*,bootstrapsigner,tokencleaner,-persistentvolume-attach-detach-controller" {
-		t.Errorf("tenant controllers %q, want all but attach-detach", got)
-	}
-	if got, _ := flag(split.ControllerManagerArgv(), "controllers"); got != "*,bootstrapsigner,tokencleaner" {
-		t.Errorf("split controllers %q, want the old set", got)
 	}
 }

@@ -165,22 +165,14 @@ func (s Spec) ControllerManagerArgv() []string {
 	})...)
 }
 
-// controllers are the controller-manager's: for a tenant, all of them (plus the
-// bootstrap-token ones) but the one that can have no work there; for the front, only namespace deletion, garbage collection, service accounts
+// controllers are the controller-manager's: all of them (plus the bootstrap-token ones) for
+// a tenant; for the front, only namespace deletion, garbage collection, service accounts
 // and ClusterRole aggregation (what the controllers gate proves runs, waitControllers).
 func (s Spec) controllers() string {
 	if s.Front {
 		return "namespace,garbagecollector,serviceaccount,serviceaccount-token,clusterrole-aggregation"
 	}
-	if s.SplitControlPlane {
-		return "*,bootstrapsigner,tokencleaner"
-	}
-	// The attach-detach controller (a reconciler ten times a second) attaches volumes of
-	// CSI drivers that need attaching (every in-tree attachable plugin has moved to CSI).
-	// Such a driver's node plugin must run privileged to mount on a node, and a tenant's
-	// apiserver admits no privileged container (APIServerArgv), so no tenant volume can
-	// ever be attached.
-	return "*,bootstrapsigner,tokencleaner,-persistentvolume-attach-detach-controller"
+	return "*,bootstrapsigner,tokencleaner"
 }
 
 // SchedulerArgv listens on nothing.

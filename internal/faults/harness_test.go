@@ -112,10 +112,15 @@ func removeCgroups(t *testing.T, root string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("the test's control groups are left: %v", err)
+			t.Errorf("the test's control groups (%s) are left: %v", clusterprovider.CgroupSubtree(root), err)
 			return
 		}
-		time.Sleep(100 * time.Millisecond) // the killed processes are still exiting
+		// Killed processes still exiting, or one the harness did not know of.
+		procs, _ := g.Procs()
+		for _, pid := range procs {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
