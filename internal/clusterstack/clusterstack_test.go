@@ -418,8 +418,9 @@ func TestTheGoRuntimeSettings(t *testing.T) {
 }
 
 // A tenant's one-process control plane leaves out the idle work nobody in a tenant reads
-// (the object counts, the identity and peer leases); the split layout keeps exactly its old flags, so that a group an earlier provider started is
-// adopted as it runs, and the front keeps upstream's defaults.
+// (the object counts, the identity and peer leases); the split layout keeps exactly its old
+// flags, so that a group an earlier provider started is adopted as it runs, and the front
+// keeps upstream's defaults.
 func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
 	trims := map[string]string{
 		"etcd-count-metric-poll-period": "0",
