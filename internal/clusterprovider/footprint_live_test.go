@@ -1,0 +1,154 @@
+package clusterprovider
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The tenant control plane is built with patches to Kubernetes
+// (components/patches/, ARCHITECTURE.md section 24). Each is checked here through what
+// it changes that a running cluster shows, so that a Kubernetes bump that loses one, or a
+// patch that breaks what it touches, fails a test.
+func TestThePatchedControlPlane(t *testing.T) {
+	p, _ := liveProvider(t)
+	c := up(t, p, "patched")
+	ctx := context.Background()
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.TenantKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := c.Spec.Layout().KineSocket()
+
+	// k8s.io/apiserver 0001: the stores of every resource share one etcd client, so
+	// kine holds a handful of connections (the shared one, the compactor's, the health
+	// checks'), not one per resource (about 60), and a CRD adds none.
+	const most = 8
+	before := kineConnections(t, sock)
+	t.Logf("kine holds %d connections after bring-up", before)
+	if before > most {
+		t.Fatalf("kine holds %d connections after bring-up, want at most %d: does the apiserver make a client per resource again?", before, most)
+	}
+	crds := apiextensions.NewForConfigOrDie(cfg).ApiextensionsV1().CustomResourceDefinitions()
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: ptrTo(true),
+				}},
+			}},
+		},
+	}
+	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	widgets := dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}).Namespace("default")
+	// The CRD's store is made at the first request for its objects, once it is served.
+	eventually(t, time.Minute, "the CRD to be served", func() (bool, string) {
+		_, err := widgets.List(ctx, metav1.ListOptions{})
+		return err == nil, errString(err)
+	})
+	if after := kineConnections(t, sock); after > before {
+		t.Fatalf("kine holds %d connections once a CRD is served, %d before: its store dialled a client of its own", after, before)
+	}
+
+	// k8s.io/apiserver 0002: the ValidatingAdmissionPolicy status controller's schema
+	// resolver is built at its first use. It must still resolve: a policy whose
+	// expression compares a Deployment's replicas with a string gets a type warning.
+	vaps := clientFor(t, c.TenantKubeconfig).AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	_, err = vaps.Create(ctx, &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "replicas-typo"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule:       admissionv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: `object.spec.replicas > "three"`}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the policy's type warning", func() (bool, string) {
+		got, err := vaps.Get(ctx, "replicas-typo", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if tc := got.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+			w := tc.ExpressionWarnings[0]
+			return w.FieldRef == "spec.validations[0].expression", w.FieldRef + ": " + w.Warning
+		}
+		return false, "no type checking in its status yet"
+	})
+
+	// k8s.io/client-go 0001: no workqueue refreshes its unfinished-work gauges, which
+	// then read 0 while the queues' other metrics are kept.
+	raw, err := clientFor(t, c.TenantKubeconfig).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queues int
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "workqueue_adds_total{") {
+			queues++
+		}
+		for _, gauge := range []string{"workqueue_unfinished_work_seconds{", "workqueue_longest_running_processor_seconds{"} {
+			if strings.HasPrefix(line, gauge) && !strings.HasSuffix(line, " 0") {
+				t.Errorf("%s: a workqueue refreshes its unfinished-work gauges", line)
+			}
+		}
+	}
+	if queues == 0 {
+		t.Fatal("the apiserver's /metrics has no workqueue_adds_total: the queues' metrics are gone")
+	}
+}
+
+// kineConnections counts the connections kine's unix socket has accepted and still
+// holds: in /proc/net/unix each carries the listener's path, in state 03 (connected).
+func kineConnections(t *testing.T, sock string) int {
+	t.Helper()
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path
+		if fields := strings.Fields(s.Text()); len(fields) == 8 && fields[7] == sock && fields[5] == "03" {
+			n++
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func ptrTo[T any](v T) *T { return &v }
