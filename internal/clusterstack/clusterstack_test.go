@@ -402,7 +402,7 @@ func TestTheControlPlaneIsOneProcessOfTheThreesFlags(t *testing.T) {
 func TestTheGoRuntimeSettings(t *testing.T) {
 	s := spec()
 	for c, want := range map[procgroup.Component][]string{
-		procgroup.ComponentControlPlane: {"GOGC=50"},
+		procgroup.ComponentControlPlane: {"GOGC=50", "KUBE_CONTROL_PLANE_IDLE_GOGC=25"},
 		procgroup.ComponentAPIServer:    {"GOGC=50"},
 		procgroup.ComponentKine:         nil,
 	} {
@@ -412,8 +412,10 @@ func TestTheGoRuntimeSettings(t *testing.T) {
 	}
 	front := spec()
 	front.Front = true
-	if got := front.RuntimeEnv(procgroup.ComponentAPIServer); got != nil {
-		t.Errorf("the front's apiserver: %v, want the defaults", got)
+	for _, c := range []procgroup.Component{procgroup.ComponentAPIServer, procgroup.ComponentControlPlane} {
+		if got := front.RuntimeEnv(c); got != nil {
+			t.Errorf("the front's %s: %v, want the defaults", c, got)
+		}
 	}
 }
 
