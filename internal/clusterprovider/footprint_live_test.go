@@ -3,12 +3,14 @@ package clusterprovider
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,6 +100,48 @@ func TestThePatchedControlPlane(t *testing.T) {
 			return w.FieldRef == "spec.validations[0].expression", w.FieldRef + ": " + w.Warning
 		}
 		return false, "no type checking in its status yet"
+	})
+
+	// k8s.io/apiserver 0003: the MutatingAdmissionPolicy plugin fetches the OpenAPI paths
+	// when it needs a type converter instead of polling them. An ApplyConfiguration
+	// mutation needs one: a policy that labels new ConfigMaps must still label them.
+	admission := clientFor(t, c.TenantKubeconfig).AdmissionregistrationV1()
+	fail := admissionv1.Fail
+	_, err = admission.MutatingAdmissionPolicies().Create(ctx, &admissionv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "label-configmaps"},
+		Spec: admissionv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				},
+			}}},
+			Mutations: []admissionv1.Mutation{{
+				PatchType:          admissionv1.PatchTypeApplyConfiguration,
+				ApplyConfiguration: &admissionv1.ApplyConfiguration{Expression: `Object{metadata: Object.metadata{labels: {"mutated": "yes"}}}`},
+			}},
+			FailurePolicy:      &fail,
+			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admission.MutatingAdmissionPolicyBindings().Create(ctx, &admissionv1.MutatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "label-configmaps"},
+		Spec:       admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: "label-configmaps"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps := clientFor(t, c.TenantKubeconfig).CoreV1().ConfigMaps("default")
+	// The policy takes effect once the apiserver's policy informers have it.
+	eventually(t, time.Minute, "a new ConfigMap labelled by the policy", func() (bool, string) {
+		cm, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "mutate-me-"}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return cm.Labels["mutated"] == "yes", fmt.Sprintf("labels %v", cm.Labels)
 	})
 
 	// k8s.io/client-go 0001: no workqueue refreshes its unfinished-work gauges, which
