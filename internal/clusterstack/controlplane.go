@@ -113,7 +113,7 @@ const ControlPlaneBinary = "kube-control-plane"
 // garbage at half the default heap growth (GOGC=50): its heap after start is about 80 MB
 // live, and at the default goal of twice that it held 26 MiB more at idle, at no idle CPU
 // measured (docs/benchmarks.md). The one process goes down to GOGC=25 once its start has
-// settled (KUBE_CONTROL_PLANE_IDLE_GOGC, components/cmd/kube-control-plane): 22 MiB less
+// settled (KUBE_CONTROL_PLANE_IDLE_GOGC, components/cmd/kube-control-plane): 13 MiB less
 // per idle cluster, at no idle CPU measured, since an idle control plane allocates little;
 // through its start it would cost time. The other components' heaps are a few MB; theirs
 // stays the default.
