@@ -80,7 +80,7 @@ func TestTheControlPlaneStepsOfEitherLayout(t *testing.T) {
 		t.Fatalf("steps %v, want %v", got, want)
 	}
 	cp := steps[2]
-	if !slices.Equal(cp.Spec.Argv, s.ControlPlaneArgv()) || !slices.Equal(cp.Spec.Env, []string{"GOGC=50"}) || cp.Prepare == nil || cp.Live == nil {
+	if !slices.Equal(cp.Spec.Argv, s.ControlPlaneArgv()) || !slices.Equal(cp.Spec.Env, []string{"GOGC=50", "KUBE_CONTROL_PLANE_IDLE_GOGC=25"}) || cp.Prepare == nil || cp.Live == nil {
 		t.Fatalf("kube-control-plane step: argv %v env %v", cp.Spec.Argv, cp.Spec.Env)
 	}
 
