@@ -215,7 +215,10 @@ func GroupLeader(pgid int) string {
 }
 
 // CPUByGroup is the CPU time (user and system, seconds) the live processes of each process
-// group have used, read in one pass over /proc: readings of many groups at one moment.
+// group have used, and their reaped children, read in one pass over /proc: readings of
+// many groups at one moment. A child's time moves into its parent's when the parent
+// reaps it: without it, a PostgreSQL backend that exits within a window (kine closes an
+// idle connection after 2 minutes) took all the CPU it ever used out of that window.
 func CPUByGroup() map[int]float64 {
 	ents, _ := os.ReadDir("/proc")
 	out := map[int]float64{}
@@ -225,13 +228,14 @@ func CPUByGroup() map[int]float64 {
 			continue
 		}
 		f := stat(pid)
-		if len(f) < 13 {
+		if len(f) < 15 {
 			continue
 		}
 		g, _ := strconv.Atoi(f[2])
-		u, _ := strconv.ParseFloat(f[11], 64)
-		s, _ := strconv.ParseFloat(f[12], 64)
-		out[g] += (u + s) / 100
+		for _, ticks := range f[11:15] { // utime, stime, cutime, cstime
+			t, _ := strconv.ParseFloat(ticks, 64)
+			out[g] += t / 100
+		}
 	}
 	return out
 }

@@ -3,7 +3,10 @@ package clusterprovider
 import (
 	"bufio"
 	"context"
+	"crypto/sha512"
+	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -23,7 +27,9 @@ import (
 // (components/patches/, ARCHITECTURE.md section 24). Each that a running cluster shows is
 // checked here through what it changes, so that a Kubernetes bump that loses one, or a
 // patch that breaks what it touches, fails a test. (client-go 0002, the informer
-// listeners' smaller buffers, shows only in a heap profile.)
+// listeners' smaller buffers, shows only in a heap profile, and so does what apiserver
+// 0004 and kube-openapi 0001 save; their tests here are that /openapi/v2 and /openapi/v3
+// are still whole.)
 func TestThePatchedControlPlane(t *testing.T) {
 	p, _ := liveProvider(t)
 	c := up(t, p, "patched")
@@ -33,6 +39,7 @@ func TestThePatchedControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := c.Spec.Layout().KineSocket()
+	tenant := clientFor(t, c.TenantKubeconfig)
 
 	// k8s.io/apiserver 0001: the stores of every resource share one etcd client, so
 	// kine holds a handful of connections (the shared one, the compactor's, the health
@@ -96,12 +103,50 @@ func TestThePatchedControlPlane(t *testing.T) {
 		}
 	}
 
+	// k8s.io/apiserver 0004 and apiextensions-apiserver 0001: the static OpenAPI v2 spec
+	// is built at its first request. /openapi/v2 must still serve every built-in type and
+	// path, and a CRD's, which apiextensions merges with its own static spec.
+	eventually(t, time.Minute, "/openapi/v2 with the built-in types and the CRD's", func() (bool, string) {
+		raw, err := tenant.CoreV1().RESTClient().Get().AbsPath("/openapi/v2").SetHeader("Accept", "application/json").DoRaw(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var v2 struct {
+			Paths       map[string]json.RawMessage `json:"paths"`
+			Definitions map[string]json.RawMessage `json:"definitions"`
+		}
+		if err := json.Unmarshal(raw, &v2); err != nil {
+			return false, err.Error()
+		}
+		missing := []string{}
+		for _, p := range []string{"/api/v1/namespaces", "/apis/apps/v1/namespaces/{namespace}/deployments", "/apis/example.com/v1/namespaces/{namespace}/widgets"} {
+			if _, ok := v2.Paths[p]; !ok {
+				missing = append(missing, "path "+p)
+			}
+		}
+		for _, d := range []string{"io.k8s.api.core.v1.Pod", "com.example.v1.Widget"} {
+			if _, ok := v2.Definitions[d]; !ok {
+				missing = append(missing, "definition "+d)
+			}
+		}
+		return len(missing) == 0, fmt.Sprintf("%d paths, %d definitions, missing %v", len(v2.Paths), len(v2.Definitions), missing)
+	})
+
+	// k8s.io/kube-openapi 0001: a group version's v3 spec is kept as its JSON only.
+	// /openapi/v3 must still name each with the hash of the JSON it serves, the built-in
+	// ones and the CRD's, and serve its protobuf form too.
+	eventually(t, time.Minute, "/openapi/v3 with the built-in group versions and the CRD's", func() (bool, string) {
+		return openAPIV3Whole(ctx, tenant.CoreV1().RESTClient(), map[string]string{
+			"api/v1": "io.k8s.api.core.v1.Pod", "apis/apps/v1": "io.k8s.api.apps.v1.Deployment", "apis/example.com/v1": "com.example.v1.Widget",
+		})
+	})
+
 	// k8s.io/apiserver 0002: the ValidatingAdmissionPolicy status controller's schema
 	// resolver is built at its first use. Type checking must still work: a policy whose
 	// expression compares a Deployment's replicas with a string gets a type warning. (The
 	// resolver falls back on the apiserver's OpenAPI for what it does not know, so this
 	// shows the feature works, not which of the two answered.)
-	vaps := clientFor(t, c.TenantKubeconfig).AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	vaps := tenant.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	_, err = vaps.Create(ctx, &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "replicas-typo"},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
@@ -132,7 +177,7 @@ func TestThePatchedControlPlane(t *testing.T) {
 	// k8s.io/apiserver 0003: the MutatingAdmissionPolicy plugin fetches the OpenAPI paths
 	// when it needs a type converter instead of polling them. An ApplyConfiguration
 	// mutation needs one: a policy that labels new ConfigMaps must still label them.
-	admission := clientFor(t, c.TenantKubeconfig).AdmissionregistrationV1()
+	admission := tenant.AdmissionregistrationV1()
 	fail := admissionv1.Fail
 	_, err = admission.MutatingAdmissionPolicies().Create(ctx, &admissionv1.MutatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "label-configmaps"},
@@ -161,7 +206,7 @@ func TestThePatchedControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	configMaps := clientFor(t, c.TenantKubeconfig).CoreV1().ConfigMaps("default")
+	configMaps := tenant.CoreV1().ConfigMaps("default")
 	// The policy takes effect once the apiserver's policy informers have it.
 	eventually(t, time.Minute, "a new ConfigMap labelled by the policy", func() (bool, string) {
 		cm, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "mutate-me-"}}, metav1.CreateOptions{})
@@ -173,7 +218,7 @@ func TestThePatchedControlPlane(t *testing.T) {
 
 	// k8s.io/client-go 0001: no workqueue refreshes its unfinished-work gauges, which
 	// then read 0 while the queues' other metrics are kept.
-	raw, err := clientFor(t, c.TenantKubeconfig).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	raw, err := tenant.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +236,57 @@ func TestThePatchedControlPlane(t *testing.T) {
 	if queues == 0 {
 		t.Fatal("the apiserver's /metrics has no workqueue_adds_total: the queues' metrics are gone")
 	}
+}
+
+// openAPIV3Whole reads /openapi/v3 and, for each group version in want, its JSON (which
+// must define want's schema, and hash to what the list says) and its protobuf form: ok,
+// or what is wrong.
+func openAPIV3Whole(ctx context.Context, rc rest.Interface, want map[string]string) (bool, string) {
+	raw, err := rc.Get().AbsPath("/openapi/v3").DoRaw(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	var discovery struct {
+		Paths map[string]struct {
+			URL string `json:"serverRelativeURL"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &discovery); err != nil {
+		return false, err.Error()
+	}
+	for gv, schema := range want {
+		p, ok := discovery.Paths[gv]
+		if !ok {
+			return false, fmt.Sprintf("/openapi/v3 lists %d group versions, not %s", len(discovery.Paths), gv)
+		}
+		u, err := url.Parse(p.URL)
+		if err != nil {
+			return false, err.Error()
+		}
+		body, err := rc.Get().AbsPath(u.Path).Param("hash", u.Query().Get("hash")).SetHeader("Accept", "application/json").DoRaw(ctx)
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", p.URL, err)
+		}
+		if sum := fmt.Sprintf("%X", sha512.Sum512(body)); sum != u.Query().Get("hash") {
+			return false, fmt.Sprintf("%s: the JSON served hashes to %.16s...", p.URL, sum)
+		}
+		var spec struct {
+			Components struct {
+				Schemas map[string]json.RawMessage `json:"schemas"`
+			} `json:"components"`
+		}
+		if err := json.Unmarshal(body, &spec); err != nil {
+			return false, fmt.Sprintf("%s: %v", p.URL, err)
+		}
+		if _, ok := spec.Components.Schemas[schema]; !ok {
+			return false, fmt.Sprintf("%s: no schema %s among %d", p.URL, schema, len(spec.Components.Schemas))
+		}
+		pb, err := rc.Get().AbsPath(u.Path).SetHeader("Accept", "application/com.github.proto-openapi.spec.v3.v1.0+protobuf").DoRaw(ctx)
+		if err != nil || len(pb) == 0 {
+			return false, fmt.Sprintf("%s as protobuf: %d bytes, %v", p.URL, len(pb), err)
+		}
+	}
+	return true, ""
 }
 
 // kineConnections counts the connections kine's unix socket has accepted and still
