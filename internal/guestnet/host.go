@@ -139,12 +139,17 @@ func Attach(ctx context.Context, n Network, host, guest string, pid int) error {
 }
 
 // Detach deletes a guest's veth by its host end (both ends go); one already gone (its
-// namespace died with the guest) is no error.
+// namespace died with the guest) is no error, nor is one that goes while it is deleted
+// (the kernel frees a dead namespace's links in its own time).
 func Detach(ctx context.Context, host string) error {
 	if _, err := net.InterfaceByName(host); err != nil {
 		return nil
 	}
-	return run(ctx, "ip", "link", "del", host)
+	err := run(ctx, "ip", "link", "del", host)
+	if _, gone := net.InterfaceByName(host); err != nil && gone != nil {
+		return nil
+	}
+	return err
 }
 
 // Exists reports whether the cluster whose DataDir is dataDir has its bridge on the host.
