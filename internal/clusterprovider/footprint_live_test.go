@@ -263,11 +263,12 @@ func openAPIV3Whole(ctx context.Context, rc rest.Interface, want map[string]stri
 		if err != nil {
 			return false, err.Error()
 		}
-		body, err := rc.Get().AbsPath(u.Path).Param("hash", u.Query().Get("hash")).SetHeader("Accept", "application/json").DoRaw(ctx)
+		hash := u.Query().Get("hash")
+		body, err := rc.Get().AbsPath(u.Path).Param("hash", hash).SetHeader("Accept", "application/json").DoRaw(ctx)
 		if err != nil {
 			return false, fmt.Sprintf("%s: %v", p.URL, err)
 		}
-		if sum := fmt.Sprintf("%X", sha512.Sum512(body)); sum != u.Query().Get("hash") {
+		if sum := fmt.Sprintf("%X", sha512.Sum512(body)); sum != hash {
 			return false, fmt.Sprintf("%s: the JSON served hashes to %.16s...", p.URL, sum)
 		}
 		var spec struct {

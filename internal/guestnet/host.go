@@ -142,9 +142,6 @@ func Attach(ctx context.Context, n Network, host, guest string, pid int) error {
 // namespace died with the guest) is no error, nor is one that goes while it is deleted
 // (the kernel frees a dead namespace's links in its own time).
 func Detach(ctx context.Context, host string) error {
-	if _, err := net.InterfaceByName(host); err != nil {
-		return nil
-	}
 	err := run(ctx, "ip", "link", "del", host)
 	if _, gone := net.InterfaceByName(host); err != nil && gone != nil {
 		return nil
