@@ -426,7 +426,7 @@ func TestTheGoRuntimeSettings(t *testing.T) {
 func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
 	trims := map[string]string{
 		"etcd-count-metric-poll-period": "0",
-		"feature-gates":                 "APIServerIdentity=false,UnknownVersionInteroperabilityProxy=false",
+		"feature-gates":                 "APIServerIdentity=false,UnknownVersionInteroperabilityProxy=false,ConcurrentWatchObjectDecode=false",
 	}
 	s := spec()
 	split := spec()

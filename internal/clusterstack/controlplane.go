@@ -68,7 +68,11 @@ func (s Spec) APIServerArgv() []string {
 			// is read only by the peer proxy and the storage-version garbage collector,
 			// and the peer proxy (a lease of its own) forwards requests to other
 			// apiservers of a mixed-version control plane; there are none.
-			f["feature-gates"] = "APIServerIdentity=false,UnknownVersionInteroperabilityProxy=false"
+			// Without a watch cache each watch is an etcd watch of its own, about 120 at
+			// idle, and ConcurrentWatchObjectDecode (on since 1.37) decodes each one's
+			// events in two goroutines where one would do; it speeds the decoding of
+			// large objects for watches with many events, and a tenant's are few.
+			f["feature-gates"] = "APIServerIdentity=false,UnknownVersionInteroperabilityProxy=false,ConcurrentWatchObjectDecode=false"
 		}
 		// The apiserver's own client identity towards kubelets (logs, exec, port-forward):
 		// a kubelet with anonymous auth off and webhook authorization asks this apiserver

@@ -58,5 +58,14 @@ func (s Spec) PostgresArgv() []string {
 		"-c", "fsync=on",
 		"-c", "synchronous_commit=on",
 		"-c", "full_page_writes=on",
+		// The autovacuum launcher starts a worker for each database (kine's, postgres
+		// and template1) every naptime, each a new backend: at the default minute, 0.15 %
+		// of a core per idle cluster (docs/benchmarks.md, "PostgreSQL's idle work"). A
+		// tenant's rows die when the apiserver compacts, every 5 minutes
+		// (--etcd-compaction-interval), so a pass every 5 minutes follows each compaction.
+		"-c", "autovacuum_naptime=5min",
+		// No logical replication: its launcher is a process of its own, and a tenant's
+		// datastore is only ever copied with pg_dump (internal/backup).
+		"-c", "max_logical_replication_workers=0",
 	}
 }
