@@ -420,9 +420,9 @@ func TestTheGoRuntimeSettings(t *testing.T) {
 }
 
 // A tenant's one-process control plane leaves out the idle work nobody in a tenant reads
-// (the object counts, the identity and peer leases); the split layout keeps exactly its old
-// flags, so that a group an earlier provider started is adopted as it runs, and the front
-// keeps upstream's defaults.
+// (the object counts, the identity and peer leases, a vacuum check every minute); the split
+// layout keeps exactly its old flags, so that a group an earlier provider started is
+// adopted as it runs, and the front keeps upstream's defaults.
 func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
 	trims := map[string]string{
 		"etcd-count-metric-poll-period": "0",
@@ -441,6 +441,15 @@ func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
 			if got, ok := flag(other.APIServerArgv(), name); ok {
 				t.Errorf("%s apiserver has --%s=%s, want upstream's default", what, name, got)
 			}
+		}
+	}
+	pgTrims := []string{"autovacuum_naptime=5min", "max_logical_replication_workers=0"}
+	for _, setting := range pgTrims {
+		if !slices.Contains(s.PostgresArgv(), setting) {
+			t.Errorf("tenant postgres argv %v lacks -c %s", s.PostgresArgv(), setting)
+		}
+		if slices.Contains(split.PostgresArgv(), setting) {
+			t.Errorf("split layout's postgres has -c %s, want the argv it was started with", setting)
 		}
 	}
 }

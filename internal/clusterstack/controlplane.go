@@ -69,9 +69,11 @@ func (s Spec) APIServerArgv() []string {
 			// and the peer proxy (a lease of its own) forwards requests to other
 			// apiservers of a mixed-version control plane; there are none.
 			// Without a watch cache each watch is an etcd watch of its own, about 120 at
-			// idle, and ConcurrentWatchObjectDecode (on since 1.37) decodes each one's
-			// events in two goroutines where one would do; it speeds the decoding of
-			// large objects for watches with many events, and a tenant's are few.
+			// idle, and ConcurrentWatchObjectDecode (on since 1.37) keeps two goroutines
+			// for each (one schedules, one collects; each event is decoded in a goroutine
+			// of its own) where the serial path keeps one. It is for watches whose events
+			// are slow to transform (large objects, a conversion webhook, decryption
+			// through a KMS); a tenant's watches see few events, decrypted locally.
 			f["feature-gates"] = "APIServerIdentity=false,UnknownVersionInteroperabilityProxy=false,ConcurrentWatchObjectDecode=false"
 		}
 		// The apiserver's own client identity towards kubelets (logs, exec, port-forward):

@@ -45,7 +45,7 @@ func (s Spec) SingleUserArgv(pgdata string) []string {
 // apiserver acknowledged is on disk before kine answers it (invariant 27).
 func (s Spec) PostgresArgv() []string {
 	l := s.Layout()
-	return []string{
+	argv := []string{
 		s.postgresBin("postgres"),
 		"-D", l.PostgresData(),
 		"-c", "listen_addresses=",
@@ -58,14 +58,19 @@ func (s Spec) PostgresArgv() []string {
 		"-c", "fsync=on",
 		"-c", "synchronous_commit=on",
 		"-c", "full_page_writes=on",
-		// The autovacuum launcher starts a worker for each database (kine's, postgres
-		// and template1) every naptime, each a new backend: at the default minute, 0.15 %
-		// of a core per idle cluster (docs/benchmarks.md, "PostgreSQL's idle work"). A
-		// tenant's rows die when the apiserver compacts, every 5 minutes
-		// (--etcd-compaction-interval), so a pass every 5 minutes follows each compaction.
-		"-c", "autovacuum_naptime=5min",
-		// No logical replication: its launcher is a process of its own, and a tenant's
-		// datastore is only ever copied with pg_dump (internal/backup).
-		"-c", "max_logical_replication_workers=0",
 	}
+	if s.SplitControlPlane {
+		// The split layout keeps the argv it was started with, so that a group an
+		// earlier provider started is adopted as it runs.
+		return argv
+	}
+	// The autovacuum launcher starts a worker for each database that takes connections
+	// (kine's, postgres and template1) every naptime, each a new backend: at the default
+	// minute, 0.15 % of a core per idle cluster (docs/benchmarks.md, "PostgreSQL's idle
+	// work"). A tenant's rows die when the apiserver compacts (every 5 minutes unless
+	// CompactionInterval says otherwise) and kine deletes them; autovacuum now looks for
+	// them every 5 minutes instead of every minute.
+	// No logical replication: its launcher is a process of its own, and a tenant's
+	// datastore is only ever copied with pg_dump (internal/backup).
+	return append(argv, "-c", "autovacuum_naptime=5min", "-c", "max_logical_replication_workers=0")
 }
