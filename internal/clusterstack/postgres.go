@@ -66,10 +66,10 @@ func (s Spec) PostgresArgv() []string {
 	}
 	// The autovacuum launcher starts a worker for each database that takes connections
 	// (kine's, postgres and template1) every naptime, each a new backend: at the default
-	// minute, 0.15 % of a core per idle cluster (docs/benchmarks.md, "PostgreSQL's idle
-	// work"). A tenant's rows die when the apiserver compacts (every 5 minutes unless
-	// CompactionInterval says otherwise) and kine deletes them; autovacuum now looks for
-	// them every 5 minutes instead of every minute.
+	// minute, about 0.15 % of a core per idle cluster (docs/benchmarks.md, "Definitions
+	// let go, PostgreSQL's idle work"). A tenant's rows die when the apiserver compacts
+	// (every 5 minutes unless CompactionInterval says otherwise) and kine deletes them;
+	// autovacuum now looks for them every 5 minutes instead of every minute.
 	// No logical replication: its launcher is a process of its own, and a tenant's
 	// datastore is only ever copied with pg_dump (internal/backup).
 	return append(argv, "-c", "autovacuum_naptime=5min", "-c", "max_logical_replication_workers=0")
