@@ -73,6 +73,9 @@ func (l *Loop) place(ctx context.Context, u *unstructured.Unstructured, cl *v1al
 		if err != nil {
 			return 0, err
 		}
+		if ranElsewhere(cl, view) {
+			return placeAgain, nil // the instance its data is on binds it back; no decision here
+		}
 		switch d := placement.Place(view, needOf(cl)); d.Instance {
 		case l.Instance:
 		case "":
@@ -206,6 +209,16 @@ func (l *Loop) instanceView(ctx context.Context) ([]placement.Instance, error) {
 	return view, nil
 }
 
+// ranElsewhere says whether an unbound Cluster with a local datastore runs on another
+// live instance, as its status says: its data is there, and that instance binds it back
+// without a decision (hasHere). Placed anywhere else, it would start empty there.
+func ranElsewhere(cl *v1alpha1.Cluster, view []placement.Instance) bool {
+	if cl.Spec.Datastore == v1alpha1.DatastoreExternal || cl.Status.Instance == "" {
+		return false
+	}
+	return slices.ContainsFunc(view, func(in placement.Instance) bool { return in.Name == cl.Status.Instance && in.Live })
+}
+
 // needOf is what a Cluster asks of its instance.
 func needOf(cl *v1alpha1.Cluster) placement.Need {
 	var n placement.Need
@@ -237,7 +250,11 @@ func (l *Loop) unplaced(ctx context.Context, cl *v1alpha1.Cluster, d placement.D
 	l.Log.Info("not placed", "cluster", cl.Namespace+"/"+cl.Name, "reason", d.Reason, "message", d.Message)
 }
 
-// indexByInstance indexes Clusters by the instance they are bound to.
+// indexByInstance indexes Clusters by the instance they are bound to, or, when the binding
+// is gone, by the instance their status says runs them: place binds such a Cluster back
+// there, room or not, so it holds its slot meanwhile. Counted as free, that slot would go
+// to a waiting Cluster in the moment between, and the rebind would run the instance past
+// its capacity.
 func indexByInstance(obj any) ([]string, error) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -245,6 +262,11 @@ func indexByInstance(obj any) ([]string, error) {
 	}
 	if b := boundTo(m); b != "" {
 		return []string{b}, nil
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if s, _, _ := unstructured.NestedString(u.Object, "status", "instance"); s != "" {
+			return []string{s}, nil
+		}
 	}
 	return nil, nil
 }

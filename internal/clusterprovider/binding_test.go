@@ -60,6 +60,35 @@ func TestTheViewCountsPendingBindsOnce(t *testing.T) {
 	}
 }
 
+// A Cluster whose binding label is gone is bound back where its status says it runs, room
+// or not: until then it still holds its slot there, so a waiting Cluster is not given that
+// slot in the moment between (which would run the instance past its capacity).
+func TestAClusterWithoutItsBindingStillHoldsItsSlot(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byLocal: indexByLocal, byInstance: indexByInstance})
+	idx.Add(boundCluster("default", "a1", "u-a1", "host-a"))
+	unbound := boundCluster("default", "b1", "u-b1", "")
+	unstructured.SetNestedField(unbound.Object, "host-b", "status", "instance")
+	idx.Add(unbound)
+	idx.Add(boundCluster("default", "waiting", "u-w", ""))
+	now := time.Now()
+	leases := []instancelease.Lease{
+		{Name: "host-a", Renewed: now, Report: instancelease.Report{Capacity: 1}},
+		{Name: "host-b", Renewed: now, Report: instancelease.Report{Capacity: 1}},
+	}
+	l := &Loop{Instance: "host-a", Log: slog.New(slog.DiscardHandler), clusterIndex: idx,
+		Instances: func(context.Context) ([]instancelease.Lease, error) { return leases, nil }}
+	view, err := l.instanceView(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if view[0].Bound != 1 || view[1].Bound != 1 {
+		t.Fatalf("view %+v: want one bound to each, b1 on host-b by its status", view)
+	}
+	if d := placement.Place(view, placement.Need{}); d.Reason != placement.NoRoom {
+		t.Errorf("the waiting Cluster placed %+v; want NoRoom: b1 holds host-b's one slot", d)
+	}
+}
+
 // A Cluster an earlier version ran here is this instance's without a decision: its status
 // names this instance or a name it had; a local one whose DataDir is here, if that DataDir
 // is its own: in the default namespace, under its recorded local name, or when its status
@@ -105,5 +134,27 @@ func TestWhatIsHereIsBoundHere(t *testing.T) {
 			t.Errorf("%+v: here %v, want %v", c, got, c.want)
 		}
 		os.RemoveAll(p.DataDir(name))
+	}
+}
+
+// An unbound Cluster whose local data is on another live instance (its status names it)
+// is that instance's to bind back: no other decides for it, or it would start empty
+// there. An external one, or one whose instance has no current lease, is placed as any.
+func TestAnUnboundClusterIsLeftToTheInstanceItsDataIsOn(t *testing.T) {
+	view := []placement.Instance{{Name: "host-a", Live: true}, {Name: "host-b", Live: true}, {Name: "gone"}}
+	for _, c := range []struct {
+		status, datastore string
+		want              bool
+	}{
+		{status: "host-b", want: true},
+		{status: "gone"},
+		{status: "nowhere"},
+		{},
+		{status: "host-b", datastore: v1alpha1.DatastoreExternal},
+	} {
+		cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Datastore: c.datastore}, Status: v1alpha1.ClusterStatus{Instance: c.status}}
+		if got := ranElsewhere(cl, view); got != c.want {
+			t.Errorf("status %q, datastore %q: left to its instance %v, want %v", c.status, c.datastore, got, c.want)
+		}
 	}
 }
