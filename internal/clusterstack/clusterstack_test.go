@@ -443,6 +443,12 @@ func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
 			}
 		}
 	}
+	if got, _ := flag(s.KineArgv(), "datastore-poll-interval"); got != "10s" {
+		t.Errorf("tenant kine --datastore-poll-interval=%q, want 10s: it is its table's only writer", got)
+	}
+	if got, ok := flag(split.KineArgv(), "datastore-poll-interval"); ok {
+		t.Errorf("split layout's kine has --datastore-poll-interval=%s, want the argv it was started with", got)
+	}
 	pgTrims := []string{"autovacuum_naptime=5min", "max_logical_replication_workers=0"}
 	for _, setting := range pgTrims {
 		if !slices.Contains(s.PostgresArgv(), setting) {

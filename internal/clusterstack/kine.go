@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // KineDSN is the datastore kine dials: the cluster's Postgres over its unix socket, as the
@@ -18,6 +19,9 @@ func (s Spec) KineDSN() string {
 	q := url.Values{"host": {s.Layout().PostgresSocketDir()}, "sslmode": {"disable"}}
 	return "postgres://" + KineRole + "@/" + KineDatabase + "?" + q.Encode()
 }
+
+// KinePollInterval is how often kine looks for rows it did not write itself.
+const KinePollInterval = 10 * time.Second
 
 // KineMaxOpenConnections bounds kine's pool below Postgres's max_connections.
 const KineMaxOpenConnections = 20
@@ -36,7 +40,7 @@ func (s Spec) KineArgv() []string {
 		// The front's own state: small, one writer, no Postgres to run for it.
 		endpoint = "sqlite://" + s.Layout().FrontDB() + "?" + FrontDBOptions
 	}
-	return append([]string{s.Bin("kine")}, flags(map[string]string{
+	f := map[string]string{
 		"endpoint":                       endpoint,
 		"listen-address":                 "unix://" + s.Layout().KineSocket(),
 		"metrics-bind-address":           "0",
@@ -46,7 +50,17 @@ func (s Spec) KineArgv() []string {
 		// default would still keep the last 1,000 revisions, so a quiet tenant never
 		// compacted and a continue token never expired.
 		"compact-min-retain": "0",
-	})...)
+	}
+	if !s.SplitControlPlane {
+		// kine polls its table for rows other writers added; it is the only writer
+		// here, and its own writes wake the poll at once. At kine's 1 s default the
+		// polls were most of an idle tenant's kine and PostgreSQL CPU (docs/benchmarks.md,
+		// "Fewer wake-ups"). Left to the timer: a write whose wake-up found kine's queue
+		// of 1,024 wake-ups full waits for the next poll. The split layout keeps the
+		// argv it was started with, so that it is adopted as it runs.
+		f["datastore-poll-interval"] = KinePollInterval.String()
+	}
+	return append([]string{s.Bin("kine")}, flags(f)...)
 }
 
 // KineEnv is kine's whole environment: where its password file is, nothing else.
