@@ -43,12 +43,16 @@ func hostsCmd(g *globals) *cobra.Command {
 	}
 }
 
-// boundCounts is how many Clusters are bound to each instance.
+// boundCounts is how many Clusters are bound to each instance, counted as placement counts
+// them: an unbound Cluster whose status names an instance is bound back there, and holds
+// its slot meanwhile.
 func boundCounts(cls []v1alpha1.Cluster) map[string]int {
 	n := map[string]int{}
 	for _, c := range cls {
 		if b := c.Labels[v1alpha1.InstanceLabel]; b != "" {
 			n[b]++
+		} else if c.Status.Instance != "" {
+			n[c.Status.Instance]++
 		}
 	}
 	return n

@@ -234,7 +234,8 @@ func TestNoPollingLoopInTheCommands(t *testing.T) {
 }
 
 // hosts shows each instance's Lease: an expired one says so, an unlimited capacity is
-// written out, CPU-FREE is idle cores, and BOUND counts the Clusters labelled for it.
+// written out, CPU-FREE is idle cores, and BOUND counts the Clusters labelled for it, and
+// an unlabelled one whose status names it (placement counts it there too).
 func TestHostsTable(t *testing.T) {
 	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
 	leases := []instancelease.Lease{
@@ -243,7 +244,7 @@ func TestHostsTable(t *testing.T) {
 	}
 	bound := boundCounts([]v1alpha1.Cluster{
 		{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.InstanceLabel: "host-a"}}},
-		{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.InstanceLabel: "host-a"}}},
+		{Status: v1alpha1.ClusterStatus{Instance: "host-a"}},
 		{},
 	})
 	var b strings.Builder

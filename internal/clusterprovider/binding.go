@@ -184,9 +184,17 @@ func (l *Loop) instanceView(ctx context.Context) ([]placement.Instance, error) {
 		l.bind.leases, l.bind.read = leases, now
 	}
 	mine, _ := l.clusterIndex.ByIndex(byInstance, l.Instance)
+	indexed := map[types.UID]bool{} // counted here by the index already
 	for _, o := range mine {
-		if m, err := meta.Accessor(o); err == nil {
-			delete(l.bind.pending, m.GetUID()) // the informer shows it bound
+		m, err := meta.Accessor(o)
+		if err != nil {
+			continue
+		}
+		indexed[m.GetUID()] = true
+		// The index holds unbound Clusters whose status names this instance too; only
+		// one the informer shows bound here is no longer pending (its local name shown).
+		if boundTo(m) == l.Instance {
+			delete(l.bind.pending, m.GetUID())
 			delete(l.bind.local, m.GetUID())
 		}
 	}
@@ -202,7 +210,11 @@ func (l *Loop) instanceView(ctx context.Context) ([]placement.Instance, error) {
 		bound, _ := l.clusterIndex.ByIndex(byInstance, ls.Name)
 		n := len(bound)
 		if ls.Name == l.Instance {
-			n += len(l.bind.pending)
+			for uid := range l.bind.pending {
+				if !indexed[uid] {
+					n++
+				}
+			}
 		}
 		view = append(view, ls.Instance(now, n))
 	}

@@ -35,8 +35,11 @@ func TestTheViewCountsPendingBindsOnce(t *testing.T) {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byLocal: indexByLocal, byInstance: indexByInstance})
 	idx.Add(boundCluster("default", "a1", "u-a1", "host-a"))
 	idx.Add(boundCluster("default", "b1", "u-b1", "host-b"))
-	idx.Add(boundCluster("default", "new", "u-new", "")) // bound here, the informer behind
-	idx.Add(boundCluster("team", "old", "u-old2", ""))   // a Cluster of the name made again
+	idx.Add(boundCluster("default", "new", "u-new", ""))     // bound here, the informer behind
+	idx.Add(boundCluster("team", "old", "u-old2", ""))       // a Cluster of the name made again
+	legacy := boundCluster("default", "legacy", "u-leg", "") // bound back here, the informer behind
+	unstructured.SetNestedField(legacy.Object, "host-a", "status", "instance")
+	idx.Add(legacy)
 	now := time.Now()
 	leases := []instancelease.Lease{
 		{Name: "host-a", Renewed: now, Report: instancelease.Report{Capacity: 3}},
@@ -44,16 +47,17 @@ func TestTheViewCountsPendingBindsOnce(t *testing.T) {
 	}
 	l := &Loop{Instance: "host-a", Log: slog.New(slog.DiscardHandler), clusterIndex: idx,
 		Instances: func(context.Context) ([]instancelease.Lease, error) { return leases, nil }}
-	l.bind.pending = map[types.UID]string{"u-new": "default/new", "u-a1": "default/a1", "u-old": "team/old", "u-gone": "default/gone"}
+	l.bind.pending = map[types.UID]string{"u-new": "default/new", "u-a1": "default/a1", "u-old": "team/old", "u-gone": "default/gone", "u-leg": "default/legacy"}
+	l.bind.local = map[types.UID]string{"u-leg": "legacy-2"}
 	view, err := l.instanceView(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if view[0].Name != "host-a" || view[0].Bound != 2 || view[1].Bound != 1 {
-		t.Fatalf("view %+v: want host-a with a1 and the pending new (2), host-b with b1 (1)", view)
+	if view[0].Name != "host-a" || view[0].Bound != 3 || view[1].Bound != 1 {
+		t.Fatalf("view %+v: want host-a with a1, legacy (by its status) and the pending new (3), host-b with b1 (1)", view)
 	}
-	if len(l.bind.pending) != 1 || l.bind.pending["u-new"] == "" {
-		t.Errorf("pending after the view: %v; want only new", l.bind.pending)
+	if len(l.bind.pending) != 2 || l.bind.pending["u-new"] == "" || l.bind.pending["u-leg"] == "" || l.bind.local["u-leg"] != "legacy-2" {
+		t.Errorf("pending after the view: %v, local names %v; want new and legacy, legacy's name kept until the informer shows it bound", l.bind.pending, l.bind.local)
 	}
 	if d := placement.Place(view, placement.Need{}); d.Instance != "host-b" {
 		t.Errorf("placed on %q; want host-b, which has more room", d.Instance)

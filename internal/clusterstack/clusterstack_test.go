@@ -446,8 +446,16 @@ func TestAnIdleTenantControlPlaneDoesNoWorkForNobody(t *testing.T) {
 	if got, _ := flag(s.KineArgv(), "datastore-poll-interval"); got != "10s" {
 		t.Errorf("tenant kine --datastore-poll-interval=%q, want 10s: it is its table's only writer", got)
 	}
-	if got, ok := flag(split.KineArgv(), "datastore-poll-interval"); ok {
-		t.Errorf("split layout's kine has --datastore-poll-interval=%s, want the argv it was started with", got)
+	if got, _ := flag(s.KineArgv(), "watch-progress-notify-interval"); got != "10m0s" {
+		t.Errorf("tenant kine --watch-progress-notify-interval=%q, want 10m0s: no watch of a tenant's asks for progress", got)
+	}
+	if got, ok := flag(front.KineArgv(), "watch-progress-notify-interval"); ok {
+		t.Errorf("the front's kine has --watch-progress-notify-interval=%s, want kine's default: the front's watch cache asks for progress", got)
+	}
+	for _, name := range []string{"datastore-poll-interval", "watch-progress-notify-interval"} {
+		if got, ok := flag(split.KineArgv(), name); ok {
+			t.Errorf("split layout's kine has --%s=%s, want the argv it was started with", name, got)
+		}
 	}
 	pgTrims := []string{"autovacuum_naptime=5min", "max_logical_replication_workers=0"}
 	for _, setting := range pgTrims {

@@ -23,6 +23,10 @@ func (s Spec) KineDSN() string {
 // KinePollInterval is how often kine looks for rows it did not write itself.
 const KinePollInterval = 10 * time.Second
 
+// KineProgressNotifyInterval is how often kine looks for watches that asked for progress
+// notifications, in a tenant (whose apiserver's watches never ask).
+const KineProgressNotifyInterval = 10 * time.Minute
+
 // KineMaxOpenConnections bounds kine's pool below Postgres's max_connections.
 const KineMaxOpenConnections = 20
 
@@ -55,10 +59,19 @@ func (s Spec) KineArgv() []string {
 		// kine polls its table for rows other writers added; it is the only writer
 		// here, and its own writes wake the poll at once. At kine's 1 s default the
 		// polls were most of an idle tenant's kine and PostgreSQL CPU (docs/benchmarks.md,
-		// "Fewer wake-ups"). Left to the timer: a write whose wake-up found kine's queue
-		// of 1,024 wake-ups full waits for the next poll. The split layout keeps the
-		// argv it was started with, so that it is adopted as it runs.
+		// "Fewer wake-ups"). Left to the timer, so up to 10 s late: a write whose
+		// wake-up found kine's queue of 1,024 full, and the first after kine starts or
+		// after a failed poll query (that wake-up only prepares the query again; see
+		// ARCHITECTURE.md section 24). The split layout keeps the argv it was started
+		// with, so that it is adopted as it runs.
 		f["datastore-poll-interval"] = KinePollInterval.String()
+		if !s.Front {
+			// kine wakes each watch stream every 5 s by default to send progress
+			// notifications to the watches that asked for them. Only the apiserver's
+			// watch cache asks, and a tenant's apiserver has none (APIServerArgv): the
+			// ticks of its streams (one per resource watched) sent nothing.
+			f["watch-progress-notify-interval"] = KineProgressNotifyInterval.String()
+		}
 	}
 	return append([]string{s.Bin("kine")}, flags(f)...)
 }
