@@ -32,6 +32,7 @@ import (
 func TestTheServiceRecovers(t *testing.T) {
 	exe, bin := liveBinary(t, "kube-control-plane", "kube-apiserver", "kine", "socialweb-cloud-controller-manager", "kubectl", "kwok", "socialweb-guest", "containerd", "kubelet", "kube-proxy")
 	root := livetest.DataRoot(t)
+	hostBefore := livetest.GuestNetworks(t)
 	r, kubectl, _ := startServe(t, exe, bin, root, "31600-31699")
 	phase := func(name string) string { return kubectl("get", "clusters", name, "-o", "jsonpath={.status.phase}") }
 	waitPhase := func(name, want string) {
@@ -197,7 +198,7 @@ spec: {cluster: two, nodeID: n2, guest: real}
 	if left, _ := processrunner.FindByMarker(root+"/", []string{apiserver, filepath.Join(bin, "kine"), filepath.Join(bin, "socialweb-guest")}); len(left) != 0 {
 		t.Fatalf("left running: %v", left)
 	}
-	if left, _ := guestnet.Leftovers(ctx); len(left) != 0 {
+	if left, _ := guestnet.LeftoversSince(ctx, hostBefore); len(left) != 0 {
 		t.Fatalf("guest networks left: %v", left)
 	}
 }

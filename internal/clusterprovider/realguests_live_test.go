@@ -78,11 +78,12 @@ func kubectl(t *testing.T, c *Cluster, args ...string) (string, error) {
 // cluster's teardown leaves nothing of the rest.
 func TestRealGuestsJoinAndRunPods(t *testing.T) {
 	p := realProvider(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	hostBefore := livetest.GuestNetworks(t)
 	c := up(t, p, "real")
 	t.Cleanup(func() { dumpGuestLogs(t, c) })
 	admin := clientFor(t, c.TenantKubeconfig)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 
 	// An image of the tenant's own, loaded while n1 alone runs: n1 imports it now, n2
 	// when it boots. A file that is no image archive is refused and nothing is kept.
@@ -317,7 +318,7 @@ func TestRealGuestsJoinAndRunPods(t *testing.T) {
 			t.Errorf("after %s stopped: %v %v", x.Name, l, err)
 		}
 	}
-	if left, _ := guestnet.Leftovers(ctx); len(left) > 0 {
+	if left, _ := guestnet.LeftoversSince(ctx, hostBefore); len(left) > 0 {
 		t.Errorf("guest networks left on the host: %v", left)
 	}
 }

@@ -237,6 +237,14 @@ func Leftovers(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// LeftoversSince is Leftovers less what was there already (before, an earlier Leftovers):
+// what one run left, on a host where a run killed earlier (a test binary, a provider)
+// left its own.
+func LeftoversSince(ctx context.Context, before []string) ([]string, error) {
+	now, err := Leftovers(ctx)
+	return slices.DeleteFunc(now, func(l string) bool { return slices.Contains(before, l) }), err
+}
+
 func bridgeSubnet(bridge string) (netip.Prefix, bool) {
 	i, err := net.InterfaceByName(bridge)
 	if err != nil {

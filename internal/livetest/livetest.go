@@ -5,6 +5,7 @@ package livetest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"socialweb.computer/kcp/internal/guestnet"
 	"socialweb.computer/kcp/internal/tenantuser"
 )
 
@@ -153,4 +155,19 @@ func killMentioning(marker string) int {
 		}
 	}
 	return n
+}
+
+// GuestNetworks is what guest networks the host has before a test makes its own, for its
+// end to compare against (guestnet.LeftoversSince): a test binary killed earlier (a CI
+// run cut short) leaves its networks behind, and they are not this test's to answer for.
+func GuestNetworks(t *testing.T) []string {
+	t.Helper()
+	before, err := guestnet.Leftovers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) > 0 {
+		t.Logf("guest networks on the host before this test (not its own): %v", before)
+	}
+	return before
 }
