@@ -34,6 +34,18 @@ const (
 	LocalNameAnnotation = "socialweb.computer/local-name"
 )
 
+// HoldingInstance is the instance whose slot a Cluster with these labels and this
+// status.instance holds: the one it is bound to, else, while it is unbound (its label
+// taken off, or not yet written back after a failover), the one its status names, where
+// it is bound back (its local data is there); else none. Placement and `socialweb-kcp
+// hosts` count with it, so the two never disagree on how full an instance is.
+func HoldingInstance(labels map[string]string, statusInstance string) string {
+	if b := labels[InstanceLabel]; b != "" {
+		return b
+	}
+	return statusInstance
+}
+
 // Cluster phases (status.phase).
 const (
 	PhasePending      = "Pending" // no instance has taken it yet (condition Ready says why)

@@ -49,10 +49,8 @@ func hostsCmd(g *globals) *cobra.Command {
 func boundCounts(cls []v1alpha1.Cluster) map[string]int {
 	n := map[string]int{}
 	for _, c := range cls {
-		if b := c.Labels[v1alpha1.InstanceLabel]; b != "" {
-			n[b]++
-		} else if c.Status.Instance != "" {
-			n[c.Status.Instance]++
+		if h := v1alpha1.HoldingInstance(c.Labels, c.Status.Instance); h != "" {
+			n[h]++
 		}
 	}
 	return n

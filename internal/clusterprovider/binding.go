@@ -272,13 +272,12 @@ func indexByInstance(obj any) ([]string, error) {
 	if err != nil {
 		return nil, nil
 	}
-	if b := boundTo(m); b != "" {
-		return []string{b}, nil
-	}
+	var status string
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if s, _, _ := unstructured.NestedString(u.Object, "status", "instance"); s != "" {
-			return []string{s}, nil
-		}
+		status, _, _ = unstructured.NestedString(u.Object, "status", "instance")
+	}
+	if h := v1alpha1.HoldingInstance(m.GetLabels(), status); h != "" {
+		return []string{h}, nil
 	}
 	return nil, nil
 }

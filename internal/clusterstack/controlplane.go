@@ -50,12 +50,10 @@ func (s Spec) APIServerArgv() []string {
 	if s.Front {
 		f["allow-privileged"] = "true"
 	}
-	if !s.Front {
-		// No watch cache: each of about 60 resources' caches keeps timers and progress
-		// requests going at idle, which cost a tenant's apiserver more than half its idle
-		// CPU and kine 40 % of its (docs/benchmarks.md, "Density and speed"); kine serves
-		// every watch from one poll of its table, and a tenant's lists are small.
+	if !s.WatchCache() {
 		f["watch-cache"] = "false"
+	}
+	if !s.Front {
 		if !s.SplitControlPlane {
 			// Idle work for nobody (docs/benchmarks.md, "Idle work left out"); the split
 			// layout keeps the argv it was started with, so that it is adopted as it runs.

@@ -24,7 +24,8 @@ func (s Spec) KineDSN() string {
 const KinePollInterval = 10 * time.Second
 
 // KineProgressNotifyInterval is how often kine looks for watches that asked for progress
-// notifications, in a tenant (whose apiserver's watches never ask).
+// notifications, when its apiserver has no watch cache (Spec.WatchCache), whose watches
+// are the only ones that ask.
 const KineProgressNotifyInterval = 10 * time.Minute
 
 // KineMaxOpenConnections bounds kine's pool below Postgres's max_connections.
@@ -35,6 +36,14 @@ const KineMaxOpenConnections = 20
 // WAL's default, NORMAL, survives a crash of the process but may lose the last commits
 // when the host loses power).
 const FrontDBOptions = "_journal=WAL&_synchronous=FULL&cache=shared&_busy_timeout=30000"
+
+// WatchCache says whether the stack's apiserver keeps a watch cache: the front's does, a
+// tenant's does not. Each of about 60 resources' caches keeps timers and progress requests
+// going at idle, which cost a tenant's apiserver more than half its idle CPU and kine 40 %
+// of its (docs/benchmarks.md, "Density and speed"); kine serves every watch from one poll
+// of its table, and a tenant's lists are small. APIServerArgv and KineArgv (the progress
+// interval) both follow it, so that turning a tenant's cache on changes both.
+func (s Spec) WatchCache() bool { return s.Front }
 
 // KineArgv serves the etcd API on a unix socket only; its metrics listener is off, so the
 // apiserver's port is the stack's only TCP port.
@@ -65,11 +74,11 @@ func (s Spec) KineArgv() []string {
 		// ARCHITECTURE.md section 24). The split layout keeps the argv it was started
 		// with, so that it is adopted as it runs.
 		f["datastore-poll-interval"] = KinePollInterval.String()
-		if !s.Front {
+		if !s.WatchCache() {
 			// kine wakes each watch stream every 5 s by default to send progress
 			// notifications to the watches that asked for them. Only the apiserver's
-			// watch cache asks, and a tenant's apiserver has none (APIServerArgv): the
-			// ticks of its streams (one per resource watched) sent nothing.
+			// watch cache asks: without one, the ticks of its streams (one per resource
+			// watched) sent nothing.
 			f["watch-progress-notify-interval"] = KineProgressNotifyInterval.String()
 		}
 	}
